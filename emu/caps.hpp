@@ -1,0 +1,82 @@
+// Every capability and limit an emulated device reports, in one place.
+// query_device, query_device_ex and query_port report these values and every verb
+// enforces them; nothing else in emu/ hard-codes a limit. The values are those of a
+// ConnectX-class adapter where that is meaningful (docs/compatibility.md lists them).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+namespace softverbs::emu::caps {
+
+// Identity. The vendor ids are deliberately not Mellanox/NVIDIA ones: tools such as
+// perftest switch to vendor-specific paths (mlx5dv) when they see those.
+inline constexpr uint32_t kVendorId = 0x0053f5;  // not an assigned IEEE OUI of any NIC vendor
+inline constexpr uint32_t kVendorPartId = 0x5356;  // "SV"
+inline constexpr uint32_t kHwVer = 1;
+inline constexpr const char* kFwVer = "1.0.0";
+inline constexpr const char* kBoardId = "SOFTVERBS_EMU";
+
+// Device limits (struct ibv_device_attr).
+inline constexpr uint64_t kMaxMrSize = UINT64_MAX;
+inline constexpr uint64_t kPageSizeCap = 0xfffffffffffff000ull;  // 4 KiB and every larger power of two
+inline constexpr int kMaxQp = 262144;
+inline constexpr int kMaxQpWr = 32768;
+inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
+                                            IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                                            IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
+                                            IBV_DEVICE_N_NOTIFY_CQ;  // no SRQ resize, as ConnectX
+inline constexpr int kMaxSge = 30;
+inline constexpr int kMaxSgeRd = 30;
+inline constexpr int kMaxCq = 16777216;
+inline constexpr int kMaxCqe = 4194303;
+inline constexpr int kMaxMr = 16777216;
+inline constexpr int kMaxPd = 16777216;
+inline constexpr int kMaxQpRdAtom = 16;
+inline constexpr int kMaxEeRdAtom = 0;
+inline constexpr int kMaxResRdAtom = kMaxQp * kMaxQpRdAtom;
+inline constexpr int kMaxQpInitRdAtom = 16;
+inline constexpr int kMaxEeInitRdAtom = 0;
+inline constexpr ibv_atomic_cap kAtomicCap = IBV_ATOMIC_HCA;
+inline constexpr int kMaxMw = 0;  // memory windows are not supported (alloc_mw: EOPNOTSUPP)
+inline constexpr int kMaxAh = 2147483647;
+inline constexpr int kMaxMcastGrp = 2097152;
+inline constexpr int kMaxMcastQpAttach = 240;
+inline constexpr int kMaxTotalMcastQpAttach = kMaxMcastGrp * kMaxMcastQpAttach;
+inline constexpr int kMaxSrq = 8388608;
+inline constexpr int kMaxSrqWr = 32767;
+inline constexpr int kMaxSrqSge = 31;
+inline constexpr uint16_t kMaxPkeys = 128;
+inline constexpr uint8_t kLocalCaAckDelay = 16;
+inline constexpr uint8_t kPhysPortCnt = 1;
+inline constexpr int kNumCompVectors = 1;
+inline constexpr uint32_t kMaxInlineData = 512;
+inline constexpr uint32_t kMaxMsgSz = 1u << 30;
+
+// CQ and queue sizing: ConnectX rounds queue depths up to a power of two; the
+// depth reported back is what the application may rely on.
+inline constexpr int kMinCqe = 1;
+
+// Port (struct ibv_port_attr).
+inline constexpr ibv_mtu kMaxMtu = IBV_MTU_4096;
+inline constexpr ibv_mtu kDefaultActiveMtu = IBV_MTU_4096;
+inline constexpr int kGidTblLen = 16;
+inline constexpr uint16_t kPkeyTblLenEth = 1;     // RoCE ports have a single, default P_Key
+inline constexpr uint16_t kPkeyTblLenIb = 128;
+inline constexpr uint16_t kDefaultPkey = 0xffff;
+inline constexpr uint32_t kPortCapFlagsEth = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+inline constexpr uint32_t kPortCapFlagsIb = IBV_PORT_CM_SUP;
+inline constexpr uint8_t kActiveWidth = 2;   // 4X
+inline constexpr uint8_t kActiveSpeed = 32;  // EDR (25 Gb/s per lane): 100 Gb/s
+inline constexpr uint8_t kPhysStateLinkUp = 5;
+inline constexpr uint8_t kMaxVlNum = 4;
+inline constexpr uint8_t kSubnetTimeout = 18;
+inline constexpr uint16_t kSmLid = 1;
+
+// Memory registration access flags the device understands.
+inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                             IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                             IBV_ACCESS_RELAXED_ORDERING;
+
+}  // namespace softverbs::emu::caps

@@ -1,0 +1,41 @@
+// The emulated devices a process gets, read from the environment
+// (docs/configuration.md is the reference for every variable).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace softverbs::emu {
+
+enum class LinkLayer { kEthernet, kInfiniBand };
+
+struct DeviceConfig {
+  std::string name;
+  std::optional<in_addr> addr;  // empty: claim a free loopback address
+  LinkLayer link_layer = LinkLayer::kEthernet;
+  ibv_mtu active_mtu = IBV_MTU_4096;
+};
+
+struct Config {
+  std::vector<DeviceConfig> devices;
+};
+
+// Parses SOFTVERBS_DEVICES / SOFTVERBS_LINK_LAYER / SOFTVERBS_MTU. The grammar:
+//   SOFTVERBS_DEVICES = N | ENTRY[,ENTRY...]     (default: "1")
+//   ENTRY             = NAME[@IPV4][/eth|/ib]
+// A number N gives N devices named emu0..emu(N-1) with automatic addresses.
+// On a malformed value, returns nullopt and fills *error.
+std::optional<Config> parse_config(const char* devices, const char* link_layer, const char* mtu,
+                                   std::string* error);
+
+// parse_config() applied to the process environment.
+std::optional<Config> config_from_env(std::string* error);
+
+std::optional<ibv_mtu> parse_mtu(std::string_view text);
+
+}  // namespace softverbs::emu

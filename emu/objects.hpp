@@ -1,0 +1,353 @@
+// The emulated device and the verbs objects it owns.
+//
+// Every object follows the same shape as in the verbs spec: validate the
+// attributes, allocate, initialise from the attributes. Each keeps its public
+// rdma-core struct in a Handle (handle.hpp) and is found again from it.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "emu/config.hpp"
+#include "emu/handle.hpp"
+#include "emu/wq.hpp"
+#include "softverbs/rdma_private.h"
+
+namespace softverbs::emu {
+
+class Context;
+class Pd;
+class Mr;
+class Cq;
+class Srq;
+class Qp;
+
+// ---------------------------------------------------------------------------
+// Device: one per configured emulated device, alive for the whole process.
+class Device {
+ public:
+  Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  ibv_device* ibv() { return &handle_.pub.device; }
+  static Device* from(ibv_device* dev) { return Handle<verbs_device, Device>::owner_of(dev); }
+
+  const std::string& name() const { return config_.name; }
+  int index() const { return index_; }
+  in_addr addr() const { return addr_; }
+  LinkLayer link_layer() const { return config_.link_layer; }
+  ibv_mtu active_mtu() const { return config_.active_mtu; }
+  uint16_t lid() const { return lid_; }
+  uint64_t guid() const { return guid_; }  // host order
+  __be64 guid_be() const;
+  const uint8_t* mac() const { return mac_; }
+  int udp_fd() const { return udp_fd_; }
+
+  void fill_device_attr(ibv_device_attr* attr) const;
+  void fill_port_attr(ibv_port_attr* attr) const;
+  // GID table of port 1. Returns false for an empty slot.
+  bool gid_entry(uint32_t index, ibv_gid_entry* entry) const;
+  int gid_count() const;
+  uint16_t pkey_tbl_len() const;
+
+  // Synthetic sysfs attributes (ibv_read_sysfs_file on ibdev_path).
+  bool sysfs_attr(const std::string& attr, std::string* value) const;
+
+  // QP numbers and memory keys are per device: a peer addresses them on the wire.
+  uint32_t register_qp(Qp* qp);
+  void unregister_qp(uint32_t qpn);
+  Qp* find_qp(uint32_t qpn);
+  uint32_t register_mr(Mr* mr);
+  void unregister_mr(uint32_t key);
+  Mr* find_mr(uint32_t key);
+
+ private:
+  Handle<verbs_device, Device> handle_;
+  DeviceConfig config_;
+  int index_;
+  in_addr addr_;
+  int udp_fd_;
+  uint16_t lid_ = 0;
+  uint64_t guid_ = 0;
+  uint8_t mac_[6] = {};
+
+  std::mutex mu_;
+  uint32_t next_qpn_;
+  std::unordered_map<uint32_t, Qp*> qps_;
+  uint32_t next_mr_index_ = 1;
+  uint8_t next_mr_key_ = 0;
+  std::unordered_map<uint32_t, Mr*> mrs_;
+};
+
+// The process-wide device list, created on first use from the environment.
+class DeviceRegistry {
+ public:
+  static DeviceRegistry& instance();
+  const std::vector<Device*>& devices();  // configures on the first call
+  Device* find(ibv_device* dev);
+  const std::string& config_error() const { return error_; }
+
+ private:
+  std::once_flag once_;
+  std::vector<std::unique_ptr<Device>> owned_;
+  std::vector<Device*> devices_;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------
+// A counter of objects that refer to this one: destroy refuses with EBUSY while
+// it is non-zero, as the kernel does.
+struct UseCount {
+  std::atomic<int> n{0};
+  void get() { n.fetch_add(1, std::memory_order_relaxed); }
+  void put() { n.fetch_sub(1, std::memory_order_relaxed); }
+  bool busy() const { return n.load(std::memory_order_relaxed) != 0; }
+};
+
+// Async event bookkeeping of an object that can be an event's element: destroy
+// waits until every event reported on it has been acknowledged (rdma-core semantics).
+struct EventCount {
+  uint32_t reported = 0;  // guarded by the public struct's mutex
+};
+
+// ---------------------------------------------------------------------------
+class Context {
+ public:
+  explicit Context(Device& device);
+  ~Context();
+
+  ibv_context* ibv() { return &handle_.pub.context; }
+  verbs_context* vctx() { return &handle_.pub; }
+  static Context* from(ibv_context* ctx) {
+    return Handle<verbs_context, Context>::owner_of(
+        outer_of<verbs_context>(ctx, offsetof(verbs_context, context)));
+  }
+  Device& device() { return device_; }
+
+  // Queues an async event on the context's event file descriptor.
+  void post_async_event(const ibv_async_event& event);
+  int get_async_event(ibv_async_event* event);
+  // Drops pending events whose element is obj (it is being destroyed).
+  void forget_async_events(const void* obj);
+
+  UseCount users;  // every object created on the context
+
+ private:
+  Handle<verbs_context, Context> handle_;
+  Device& device_;
+  std::mutex async_mu_;
+  std::deque<ibv_async_event> async_events_;
+};
+
+// ---------------------------------------------------------------------------
+class Pd {
+ public:
+  explicit Pd(Context& ctx);
+  ibv_pd* ibv() { return &handle_.pub; }
+  static Pd* from(ibv_pd* pd) { return Handle<ibv_pd, Pd>::owner_of(pd); }
+  Context& context() { return ctx_; }
+  UseCount users;
+
+ private:
+  Handle<ibv_pd, Pd> handle_;
+  Context& ctx_;
+};
+
+class Mr {
+ public:
+  Mr(Pd& pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  ibv_mr* ibv() { return &handle_.pub; }
+  static Mr* from(ibv_mr* mr) { return Handle<ibv_mr, Mr>::owner_of(mr); }
+  Pd* pd() const { return pd_; }
+  void set_pd(Pd* pd) { pd_ = pd; }
+  uint64_t iova() const { return iova_; }
+  unsigned access() const { return access_; }
+  void set_translation(void* addr, size_t length, uint64_t iova);
+  void set_access(unsigned access) { access_ = access; }
+
+  // True when [iova, iova+len) lies inside the region and the access is allowed.
+  bool covers(uint64_t iova, uint64_t len) const;
+  uint8_t* host_addr(uint64_t iova) const;
+
+ private:
+  Handle<ibv_mr, Mr> handle_;
+  Pd* pd_;
+  uint64_t iova_;
+  unsigned access_;
+};
+
+// ---------------------------------------------------------------------------
+class CompChannel {
+ public:
+  CompChannel(Context& ctx, int fd);
+  ~CompChannel();
+  ibv_comp_channel* ibv() { return &handle_.pub; }
+  static CompChannel* from(ibv_comp_channel* ch) { return Handle<ibv_comp_channel, CompChannel>::owner_of(ch); }
+  Context& context() { return ctx_; }
+  void notify(Cq* cq);
+  int get_event(Cq** cq);
+  void forget(Cq* cq);  // drops the CQ's pending events (the CQ is being destroyed)
+
+ private:
+  Handle<ibv_comp_channel, CompChannel> handle_;
+  Context& ctx_;
+  std::mutex mu_;
+  std::deque<Cq*> events_;
+};
+
+class Cq {
+ public:
+  Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags);
+  ~Cq();
+  ibv_cq* ibv() { return ibv_cq_ex_to_cq(&handle_.pub); }
+  ibv_cq_ex* ibv_ex() { return &handle_.pub; }
+  static Cq* from(ibv_cq* cq) { return Handle<ibv_cq_ex, Cq>::owner_of(cq); }
+  static Cq* from(ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::owner_of(cq); }
+  Context& context() { return ctx_; }
+  CompChannel* channel() { return channel_; }
+  int depth() const;
+
+  // Adds a completion; raises the completion event if armed. False on overrun.
+  bool push(const ibv_wc& wc, bool solicited);
+  int poll(int n, ibv_wc* wc);
+  int arm(int solicited_only);
+  int resize(int cqe);
+  size_t outstanding();
+
+  // Extended-CQ (ibv_cq_ex) iteration: start_poll/next_poll load the next entry
+  // into current() and the public status/wr_id fields; end_poll releases it.
+  int start_poll();
+  int next_poll();
+  void end_poll();
+  const ibv_wc& current() const { return current_.wc; }
+  uint64_t current_timestamp_ns() const { return current_.timestamp_ns; }
+  uint64_t wc_flags() const { return wc_flags_; }  // the ibv_cq_init_attr_ex wc_flags
+
+  // Completion events read by ibv_get_cq_event (destroy waits for their acks).
+  uint32_t comp_events_reported = 0;  // guarded by the public struct's mutex
+
+  UseCount users;  // QPs and SRQs using this CQ
+  EventCount events;
+
+ private:
+  Handle<ibv_cq_ex, Cq> handle_;
+  Context& ctx_;
+  CompChannel* channel_;
+  struct Cqe {
+    ibv_wc wc;
+    uint64_t timestamp_ns;
+  };
+  bool pop_locked(Cqe* out);
+
+  std::mutex mu_;
+  std::vector<Cqe> ring_;
+  uint64_t head_ = 0, tail_ = 0;
+  int armed_ = 0;  // 0: not armed, 1: next completion, 2: solicited only
+  bool overrun_ = false;
+  uint64_t wc_flags_ = 0;
+  Cqe current_{};
+};
+
+// ---------------------------------------------------------------------------
+class Srq {
+ public:
+  Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge);
+  ~Srq();
+  ibv_srq* ibv() { return &handle_.pub; }
+  static Srq* from(ibv_srq* srq) { return Handle<ibv_srq, Srq>::owner_of(srq); }
+  Pd& pd() { return pd_; }
+  Context& context() { return pd_.context(); }
+
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  int modify(ibv_srq_attr* attr, int attr_mask);
+  void query(ibv_srq_attr* attr);
+
+  UseCount users;  // QPs attached
+  EventCount events;
+  std::mutex mu;
+  WorkQueue<RecvWqe> rq;
+  uint32_t limit = 0;
+  bool error = false;
+
+ private:
+  Handle<ibv_srq, Srq> handle_;
+  Pd& pd_;
+};
+
+// ---------------------------------------------------------------------------
+class Qp {
+ public:
+  Qp(Pd& pd, const ibv_qp_init_attr& attr);
+  ~Qp();
+  ibv_qp* ibv() { return &handle_.pub.qp_base; }
+  ibv_qp_ex* ibv_ex() { return &handle_.pub; }
+  static Qp* from(ibv_qp* qp) { return Handle<ibv_qp_ex, Qp>::owner_of(qp); }
+  Pd& pd() { return pd_; }
+  Context& context() { return pd_.context(); }
+  Device& device() { return pd_.context().device(); }
+  ibv_qp_type type() const { return type_; }
+  ibv_qp_state state() const { return attr_.qp_state; }
+  uint32_t qpn() const { return handle_.pub.qp_base.qp_num; }
+  void set_qpn(uint32_t qpn) { handle_.pub.qp_base.qp_num = qpn; }
+
+  int modify(ibv_qp_attr* attr, int attr_mask);
+  int query(ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+
+  // The capabilities the QP was created with, as reported back to the caller.
+  const ibv_qp_cap& cap() const { return cap_; }
+  Cq* send_cq() { return send_cq_; }
+  Cq* recv_cq() { return recv_cq_; }
+  Srq* srq() { return srq_; }
+  bool sq_sig_all() const { return sq_sig_all_; }
+
+  EventCount events;
+
+ private:
+  void flush_locked();
+  void enter_error_locked();
+
+  Handle<ibv_qp_ex, Qp> handle_;
+  Pd& pd_;
+  ibv_qp_type type_;
+  Cq* send_cq_;
+  Cq* recv_cq_;
+  Srq* srq_;
+  bool sq_sig_all_;
+  ibv_qp_cap cap_{};
+  ibv_qp_attr attr_{};
+
+  std::mutex mu_;
+  WorkQueue<SendWqe> sq_;
+  WorkQueue<RecvWqe> rq_;
+};
+
+// ---------------------------------------------------------------------------
+class Ah {
+ public:
+  Ah(Pd& pd, const ibv_ah_attr& attr);
+  ibv_ah* ibv() { return &handle_.pub; }
+  static Ah* from(ibv_ah* ah) { return Handle<ibv_ah, Ah>::owner_of(ah); }
+  Pd& pd() { return pd_; }
+  const ibv_ah_attr& attr() const { return attr_; }
+
+ private:
+  Handle<ibv_ah, Ah> handle_;
+  Pd& pd_;
+  ibv_ah_attr attr_;
+};
+
+}  // namespace softverbs::emu

@@ -1,0 +1,25 @@
+// The function pointers rdma-core's inline verbs jump through: the live
+// ibv_context_ops slots, the verbs_context extension slots and the ibv_cq_ex
+// readers. Installed on every emulated context and extended CQ.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+namespace softverbs::emu {
+
+class Context;
+class Cq;
+
+void install_context_ops(verbs_context* vctx);
+void install_cq_ex_ops(ibv_cq_ex* cq);
+
+// Shared by ibv_create_cq and ibv_create_cq_ex: validates against the device
+// limits and creates the CQ. NULL and errno on failure.
+ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
+                     uint64_t wc_flags);
+
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                    size_t attr_size);
+int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
+
+}  // namespace softverbs::emu

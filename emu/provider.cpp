@@ -1,0 +1,611 @@
+// The emulated provider: the control verbs of emulated devices.
+#include "emu/provider.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/ip.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "emu/caps.hpp"
+#include "emu/memcheck.hpp"
+#include "emu/objects.hpp"
+#include "emu/ops.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+// Returns NULL with errno set: the convention of every pointer-returning verb.
+template <class T>
+T* fail(int err) {
+  errno = err;
+  return nullptr;
+}
+
+bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
+
+// Access flags rules of the verbs spec (and the kernel's ib_check_mr_access):
+// remote write and remote atomic need local write.
+int check_access(unsigned access) {
+  if (access & ~caps::kSupportedAccess) {
+    if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;  // no ODP capability
+    if (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)) return EINVAL;
+    return EINVAL;
+  }
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  return 0;
+}
+
+// Waits until every async event reported on an object has been acknowledged, as
+// rdma-core's destroy functions do.
+void wait_events_acked(pthread_mutex_t* mutex, pthread_cond_t* cond, const uint32_t* completed,
+                       const uint32_t* reported) {
+  pthread_mutex_lock(mutex);
+  while (*completed != *reported) pthread_cond_wait(cond, mutex);
+  pthread_mutex_unlock(mutex);
+}
+
+int check_ah_attr(Context& ctx, const ibv_ah_attr& attr) {
+  Device& dev = ctx.device();
+  if (!port_ok(attr.port_num)) return EINVAL;
+  if (attr.static_rate > IBV_RATE_800_GBPS) return EINVAL;
+  if (dev.link_layer() == LinkLayer::kEthernet) {
+    // RoCE addresses by GID: an address vector without a GRH cannot be resolved.
+    if (!attr.is_global) return EINVAL;
+  } else if (!attr.is_global && (attr.dlid == 0 || attr.dlid >= 0xc000)) {
+    return EINVAL;  // only unicast LIDs (multicast needs a GRH)
+  }
+  if (attr.is_global && attr.grh.sgid_index >= static_cast<uint32_t>(dev.gid_count())) return EINVAL;
+  return 0;
+}
+
+}  // namespace
+
+EmuProvider& EmuProvider::instance() {
+  static EmuProvider* p = new EmuProvider;
+  return *p;
+}
+
+// ---- devices ---------------------------------------------------------------
+
+std::vector<ibv_device*> EmuProvider::get_devices() {
+  std::vector<ibv_device*> out;
+  for (Device* d : DeviceRegistry::instance().devices()) out.push_back(d->ibv());
+  return out;
+}
+
+void EmuProvider::release_devices(const std::vector<ibv_device*>&) {
+  // Emulated devices live as long as the process.
+}
+
+__be64 EmuProvider::get_device_guid(ibv_device* device) { return Device::from(device)->guid_be(); }
+
+int EmuProvider::get_device_index(ibv_device* device) { return Device::from(device)->index(); }
+
+ibv_context* EmuProvider::open_device(ibv_device* device) {
+  auto ctx = std::make_unique<Context>(*Device::from(device));
+  return ctx.release()->ibv();
+}
+
+ibv_context* EmuProvider::import_device(int) { return fail<ibv_context>(EOPNOTSUPP); }
+
+int EmuProvider::close_device(ibv_context* context) {
+  Context* ctx = Context::from(context);
+  // The kernel tears down whatever the application left; the emulator keeps such
+  // objects (and so the context) alive until exit, since they may still be reached.
+  if (ctx->users.busy()) return 0;
+  delete ctx;
+  return 0;
+}
+
+// ---- queries ---------------------------------------------------------------
+
+int EmuProvider::query_device(ibv_context* context, ibv_device_attr* attr) {
+  Context::from(context)->device().fill_device_attr(attr);
+  return 0;
+}
+
+int EmuProvider::query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
+  return emu::query_port(context, port_num, attr, attr_len);
+}
+
+int EmuProvider::query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
+                              uint32_t flags, size_t entry_size) {
+  if (flags) return EINVAL;
+  if (!port_ok(port_num) || gid_index >= static_cast<uint32_t>(caps::kGidTblLen)) return EINVAL;
+  ibv_gid_entry e;
+  if (!Context::from(context)->device().gid_entry(gid_index, &e)) return ENODATA;
+  std::memcpy(entry, &e, entry_size < sizeof e ? entry_size : sizeof e);
+  return 0;
+}
+
+ssize_t EmuProvider::query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                                     uint32_t flags, size_t entry_size) {
+  if (flags) return -EINVAL;
+  if (entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  Device& dev = Context::from(context)->device();
+  size_t n = 0;
+  for (uint32_t i = 0; i < static_cast<uint32_t>(caps::kGidTblLen); ++i) {
+    ibv_gid_entry e;
+    if (!dev.gid_entry(i, &e)) continue;
+    if (n == max_entries) return -EINVAL;
+    std::memcpy(reinterpret_cast<char*>(entries) + n * entry_size, &e, sizeof e);
+    ++n;
+  }
+  return static_cast<ssize_t>(n);
+}
+
+int EmuProvider::query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
+  ibv_gid_entry entry{};
+  int ret = index < 0 ? EINVAL : query_gid_ex(context, port_num, static_cast<uint32_t>(index), &entry, 0, sizeof entry);
+  if (ret == ENODATA) {
+    std::memset(gid, 0, sizeof *gid);
+    return 0;
+  }
+  if (ret) {
+    errno = ret;
+    return -1;
+  }
+  *gid = entry.gid;
+  return 0;
+}
+
+int EmuProvider::query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
+                                ibv_gid_type_sysfs* type) {
+  ibv_gid_entry entry{};
+  int ret = query_gid_ex(context, port_num, index, &entry, 0, sizeof entry);
+  if (ret == ENODATA) {
+    *type = IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+    return 0;
+  }
+  if (ret) {
+    errno = ret;
+    return -1;
+  }
+  *type = entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+  return 0;
+}
+
+int EmuProvider::query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  Device& dev = Context::from(context)->device();
+  if (!port_ok(port_num) || index < 0 || index >= dev.pkey_tbl_len()) {
+    errno = EINVAL;
+    return -1;
+  }
+  // The default full-membership P_Key at index 0; the rest of the table is empty.
+  *pkey = index == 0 ? htons(caps::kDefaultPkey) : 0;
+  return 0;
+}
+
+int EmuProvider::get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
+  for (int i = 0;; ++i) {
+    __be16 p;
+    if (query_pkey(context, port_num, i, &p) < 0) return -1;
+    if (p == pkey) return i;
+  }
+}
+
+// ---- async events and completion channels --------------------------------
+
+int EmuProvider::get_async_event(ibv_context* context, ibv_async_event* event) {
+  return Context::from(context)->get_async_event(event);
+}
+
+void EmuProvider::ack_async_event(ibv_async_event* event) {
+  auto ack = [](pthread_mutex_t* m, pthread_cond_t* c, uint32_t* completed) {
+    pthread_mutex_lock(m);
+    ++*completed;
+    pthread_cond_signal(c);
+    pthread_mutex_unlock(m);
+  };
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
+      break;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      ack(&qp->mutex, &qp->cond, &qp->events_completed);
+      break;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      ack(&srq->mutex, &srq->cond, &srq->events_completed);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+ibv_comp_channel* EmuProvider::create_comp_channel(ibv_context* context) {
+  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd < 0) return nullptr;
+  Context* ctx = Context::from(context);
+  auto ch = std::make_unique<CompChannel>(*ctx, fd);
+  ctx->users.get();
+  return ch.release()->ibv();
+}
+
+int EmuProvider::destroy_comp_channel(ibv_comp_channel* channel) {
+  ibv_context* context = channel->context;
+  pthread_mutex_lock(&context->mutex);
+  const bool busy = channel->refcnt != 0;
+  pthread_mutex_unlock(&context->mutex);
+  if (busy) {
+    errno = EBUSY;
+    return -1;
+  }
+  CompChannel* ch = CompChannel::from(channel);
+  Context& ctx = ch->context();
+  delete ch;
+  ctx.users.put();
+  return 0;
+}
+
+int EmuProvider::get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  Cq* c = nullptr;
+  if (CompChannel::from(channel)->get_event(&c) < 0) return -1;
+  ibv_cq* pub = c->ibv();
+  pthread_mutex_lock(&pub->mutex);
+  ++c->comp_events_reported;
+  pthread_mutex_unlock(&pub->mutex);
+  *cq = pub;
+  *cq_context = pub->cq_context;
+  return 0;
+}
+
+void EmuProvider::ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+// ---- protection domains and memory ---------------------------------------
+
+ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
+  Context* ctx = Context::from(context);
+  auto pd = std::make_unique<Pd>(*ctx);
+  ctx->users.get();
+  return pd.release()->ibv();
+}
+
+int EmuProvider::dealloc_pd(ibv_pd* pd) {
+  Pd* p = Pd::from(pd);
+  if (p->users.busy()) return EBUSY;
+  Context& ctx = p->context();
+  delete p;
+  ctx.users.put();
+  return 0;
+}
+
+ibv_pd* EmuProvider::import_pd(ibv_context*, uint32_t) { return fail<ibv_pd>(EOPNOTSUPP); }
+void EmuProvider::unimport_pd(ibv_pd*) {}
+
+ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  // IBV_ACCESS_OPTIONAL_RANGE bits are hints the device may ignore.
+  access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  if (int err = check_access(access)) return fail<ibv_mr>(err);
+  if (length == 0 || length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  if (int err = check_user_range(addr, length, (access & IBV_ACCESS_LOCAL_WRITE) != 0)) return fail<ibv_mr>(err);
+  Pd* p = Pd::from(pd);
+  auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
+  uint32_t key = p->context().device().register_mr(mr.get());
+  mr->ibv()->lkey = key;
+  mr->ibv()->rkey = key;
+  mr->ibv()->handle = key;
+  p->users.get();
+  return mr.release()->ibv();
+}
+
+ibv_mr* EmuProvider::reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+  return fail<ibv_mr>(EOPNOTSUPP);
+}
+
+int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  // Returns an enum ibv_rereg_mr_err_code value, or errno-style EINVAL, as rdma-core.
+  if (flags <= 0 || (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED - 1))) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) return IBV_REREG_MR_ERR_INPUT;
+  if (!(flags & IBV_REREG_MR_CHANGE_PD)) pd = nullptr;
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
+  Mr* m = Mr::from(mr);
+  unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? static_cast<unsigned>(access) : m->access();
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    new_access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if (check_access(new_access)) {
+      errno = EINVAL;
+      return IBV_REREG_MR_ERR_INPUT;
+    }
+  }
+  Pd* new_pd = pd ? Pd::from(pd) : m->pd();
+  if (&new_pd->context() != &m->pd()->context()) return IBV_REREG_MR_ERR_INPUT;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  if ((flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) &&
+      check_user_range(new_addr, new_len, (new_access & IBV_ACCESS_LOCAL_WRITE) != 0)) {
+    errno = EFAULT;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  if (new_pd != m->pd()) {
+    m->pd()->users.put();
+    new_pd->users.get();
+    m->set_pd(new_pd);
+    mr->pd = new_pd->ibv();
+  }
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
+    m->set_translation(addr, length, reinterpret_cast<uintptr_t>(addr));
+  m->set_access(new_access);
+  return 0;
+}
+
+int EmuProvider::dereg_mr(ibv_mr* mr) {
+  Mr* m = Mr::from(mr);
+  Pd* pd = m->pd();
+  pd->context().device().unregister_mr(mr->lkey);
+  delete m;
+  pd->users.put();
+  return 0;
+}
+
+ibv_mr* EmuProvider::import_mr(ibv_pd*, uint32_t) { return fail<ibv_mr>(EOPNOTSUPP); }
+void EmuProvider::unimport_mr(ibv_mr*) {}
+ibv_dm* EmuProvider::import_dm(ibv_context*, uint32_t) { return fail<ibv_dm>(EOPNOTSUPP); }
+void EmuProvider::unimport_dm(ibv_dm*) {}
+
+// ---- completion queues ---------------------------------------------------
+
+ibv_cq* EmuProvider::create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                               int comp_vector) {
+  ibv_cq_ex* cq = emu::create_cq(*Context::from(context), cqe, cq_context, channel, comp_vector, IBV_WC_STANDARD_FLAGS);
+  return cq ? ibv_cq_ex_to_cq(cq) : nullptr;
+}
+
+int EmuProvider::resize_cq(ibv_cq* cq, int cqe) { return Cq::from(cq)->resize(cqe); }
+
+int EmuProvider::destroy_cq(ibv_cq* cq) {
+  Cq* c = Cq::from(cq);
+  if (c->users.busy()) return EBUSY;
+  Context& ctx = c->context();
+  if (CompChannel* ch = c->channel()) ch->forget(c);
+  ctx.forget_async_events(cq);
+  wait_events_acked(&cq->mutex, &cq->cond, &cq->comp_events_completed, &c->comp_events_reported);
+  wait_events_acked(&cq->mutex, &cq->cond, &cq->async_events_completed, &c->events.reported);
+  if (ibv_comp_channel* ch = cq->channel) {
+    pthread_mutex_lock(&ctx.ibv()->mutex);
+    --ch->refcnt;
+    pthread_mutex_unlock(&ctx.ibv()->mutex);
+  }
+  delete c;
+  ctx.users.put();
+  return 0;
+}
+
+// ---- shared receive queues -----------------------------------------------
+
+ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  const ibv_srq_attr& a = attr->attr;
+  if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(caps::kMaxSrqWr) ||
+      a.max_sge > static_cast<uint32_t>(caps::kMaxSrqSge))
+    return fail<ibv_srq>(EINVAL);
+  Pd* p = Pd::from(pd);
+  uint32_t max_sge = a.max_sge ? a.max_sge : 1;
+  auto srq = std::make_unique<Srq>(*p, *attr, a.max_wr, max_sge);
+  // The caller learns the actual sizes.
+  attr->attr.max_wr = a.max_wr;
+  attr->attr.max_sge = max_sge;
+  p->users.get();
+  return srq.release()->ibv();
+}
+
+int EmuProvider::modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) {
+  return Srq::from(srq)->modify(attr, attr_mask);
+}
+
+int EmuProvider::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  Srq::from(srq)->query(attr);
+  return 0;
+}
+
+int EmuProvider::destroy_srq(ibv_srq* srq) {
+  Srq* s = Srq::from(srq);
+  if (s->users.busy()) return EBUSY;
+  s->context().forget_async_events(srq);
+  wait_events_acked(&srq->mutex, &srq->cond, &srq->events_completed, &s->events.reported);
+  Pd& pd = s->pd();
+  delete s;
+  pd.users.put();
+  return 0;
+}
+
+// ---- queue pairs ---------------------------------------------------------
+
+ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  Pd* p = Pd::from(pd);
+  Context& ctx = p->context();
+  switch (attr->qp_type) {
+    case IBV_QPT_RC:
+    case IBV_QPT_UC:
+    case IBV_QPT_UD:
+      break;
+    default:
+      return fail<ibv_qp>(EOPNOTSUPP);
+  }
+  if (!attr->send_cq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
+  if (attr->send_cq->context != ctx.ibv() || attr->recv_cq->context != ctx.ibv()) return fail<ibv_qp>(EINVAL);
+  if (attr->srq && attr->srq->context != ctx.ibv()) return fail<ibv_qp>(EINVAL);
+  ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > static_cast<uint32_t>(caps::kMaxQpWr) ||
+      cap.max_send_sge > static_cast<uint32_t>(caps::kMaxSge) || cap.max_inline_data > caps::kMaxInlineData)
+    return fail<ibv_qp>(EINVAL);
+  if (!attr->srq && (cap.max_recv_wr > static_cast<uint32_t>(caps::kMaxQpWr) ||
+                     cap.max_recv_sge > static_cast<uint32_t>(caps::kMaxSge)))
+    return fail<ibv_qp>(EINVAL);
+
+  auto qp = std::make_unique<Qp>(*p, *attr);
+  qp->set_qpn(ctx.device().register_qp(qp.get()));
+  cap = qp->cap();  // the actual capabilities
+  p->users.get();
+  Cq::from(attr->send_cq)->users.get();
+  Cq::from(attr->recv_cq)->users.get();
+  if (attr->srq) Srq::from(attr->srq)->users.get();
+  return qp.release()->ibv();
+}
+
+int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  return Qp::from(qp)->modify(attr, attr_mask);
+}
+
+int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  return Qp::from(qp)->query(attr, attr_mask, init_attr);
+}
+
+int EmuProvider::destroy_qp(ibv_qp* qp) {
+  Qp* q = Qp::from(qp);
+  Context& ctx = q->context();
+  ctx.device().unregister_qp(q->qpn());
+  ctx.forget_async_events(qp);
+  wait_events_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->events.reported);
+  Pd& pd = q->pd();
+  Cq* scq = q->send_cq();
+  Cq* rcq = q->recv_cq();
+  Srq* srq = q->srq();
+  delete q;
+  scq->users.put();
+  rcq->users.put();
+  if (srq) srq->users.put();
+  pd.users.put();
+  return 0;
+}
+
+ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp*) {
+  // The extended post-send API (ibv_wr_*) is not offered: QPs are created without
+  // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, for which rdma-core also returns NULL.
+  return nullptr;
+}
+
+int EmuProvider::query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int EmuProvider::set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+
+int EmuProvider::query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
+  // Data is placed in order within a message; rdma-core returns 0 ("not
+  // guaranteed") from providers that do not implement the query.
+  return 0;
+}
+
+int EmuProvider::attach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
+  // Multicast needs UD; it is not emulated yet.
+  return qp->qp_type == IBV_QPT_UD ? EOPNOTSUPP : EINVAL;
+}
+
+int EmuProvider::detach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
+  return qp->qp_type == IBV_QPT_UD ? EOPNOTSUPP : EINVAL;
+}
+
+// ---- address handles -----------------------------------------------------
+
+ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  Pd* p = Pd::from(pd);
+  if (int err = check_ah_attr(p->context(), *attr)) return fail<ibv_ah>(err);
+  auto ah = std::make_unique<Ah>(*p, *attr);
+  p->users.get();
+  return ah.release()->ibv();
+}
+
+int EmuProvider::destroy_ah(ibv_ah* ah) {
+  Ah* a = Ah::from(ah);
+  Pd& pd = a->pd();
+  delete a;
+  pd.users.put();
+  return 0;
+}
+
+int EmuProvider::init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                                 ibv_ah_attr* ah_attr) {
+  std::memset(ah_attr, 0, sizeof *ah_attr);
+  uint32_t flow_class = ntohl(grh->version_tclass_flow);
+  ah_attr->grh.flow_label = flow_class & 0xfffff;
+  ah_attr->dlid = static_cast<uint16_t>(wc->slid);
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  ah_attr->port_num = port_num;
+  if (!(wc->wc_flags & IBV_WC_GRH)) return 0;
+  ah_attr->is_global = 1;
+  // RoCEv2 over IPv4 places the IPv4 header in the last 20 bytes of the GRH.
+  const auto* ip4 = reinterpret_cast<const iphdr*>(reinterpret_cast<const uint8_t*>(grh) + 20);
+  const bool v4 = ((flow_class >> 28) & 0xf) != 6 && ip4->version == 4;
+  ibv_gid want{};
+  ibv_gid_type_sysfs want_type = IBV_GID_TYPE_SYSFS_ROCE_V2;
+  if (v4) {
+    if (IN_CLASSD(ntohl(ip4->daddr))) {
+      errno = EINVAL;
+      return -1;
+    }
+    want.raw[10] = want.raw[11] = 0xff;
+    std::memcpy(want.raw + 12, &ip4->daddr, 4);
+    ah_attr->grh.dgid = ibv_gid{};
+    ah_attr->grh.dgid.raw[10] = ah_attr->grh.dgid.raw[11] = 0xff;
+    std::memcpy(ah_attr->grh.dgid.raw + 12, &ip4->saddr, 4);
+    ah_attr->grh.hop_limit = ip4->ttl;
+    ah_attr->grh.traffic_class = ip4->tos;
+  } else {
+    if (grh->dgid.raw[0] == 0xff) {
+      errno = EINVAL;
+      return -1;
+    }
+    ah_attr->grh.dgid = grh->sgid;
+    if (grh->next_hdr == IPPROTO_UDP) {
+      want_type = IBV_GID_TYPE_SYSFS_ROCE_V2;
+    } else if (grh->next_hdr == 0x1b) {
+      want_type = IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+    } else {
+      errno = EPROTONOSUPPORT;
+      return -1;
+    }
+    want = grh->dgid;
+    ah_attr->grh.hop_limit = grh->hop_limit;
+    ah_attr->grh.traffic_class = (flow_class >> 20) & 0xff;
+  }
+  // Find the local GID the packet was addressed to.
+  for (int i = 0;; ++i) {
+    ibv_gid g;
+    ibv_gid_type_sysfs t;
+    if (query_gid(context, port_num, i, &g) || query_gid_type(context, port_num, static_cast<unsigned>(i), &t))
+      return -1;
+    if (!std::memcmp(&g, &want, sizeof g) && t == want_type) {
+      ah_attr->grh.sgid_index = static_cast<uint8_t>(i);
+      return 0;
+    }
+  }
+}
+
+int EmuProvider::resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6],
+                                         uint16_t* vid) {
+  ibv_gid sgid;
+  if (int err = query_gid(context, attr->port_num, attr->grh.sgid_index, &sgid)) return err;
+  // Emulated devices derive their MAC from their IPv4 address (see Device).
+  const uint8_t* d = attr->grh.dgid.raw;
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(d, v4mapped, 12) != 0) return -EINVAL;
+  eth_mac[0] = 0x02;
+  eth_mac[1] = 0x00;
+  std::memcpy(eth_mac + 2, d + 12, 4);
+  if (vid) *vid = 0xffff;  // no VLAN
+  return 0;
+}
+
+int EmuProvider::fork_init() { return 0; }
+
+}  // namespace softverbs::emu

@@ -1,0 +1,92 @@
+// Work queues: fixed-capacity rings of work queue entries, sized once at creation
+// (like a NIC's queue buffers), so posting never allocates.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace softverbs::emu {
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  uint64_t total_length = 0;
+};
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  unsigned send_flags = 0;
+  uint32_t num_sge = 0;
+  uint64_t total_length = 0;
+  __be32 imm_data = 0;        // or the rkey to invalidate for SEND_WITH_INV
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  ibv_ah* ah = nullptr;       // UD
+  uint32_t remote_qpn = 0;    // UD
+  uint32_t remote_qkey = 0;   // UD
+  bool is_inline = false;     // payload copied into the queue at post time
+};
+
+// A ring of WQE headers plus, per slot, room for max_sge scatter/gather entries
+// and (send queues) max_inline bytes of inline payload.
+template <class Wqe>
+class WorkQueue {
+ public:
+  WorkQueue() = default;
+  WorkQueue(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0)
+      : max_wr_(max_wr),
+        max_sge_(max_sge ? max_sge : 1),
+        max_inline_(max_inline),
+        wqes_(max_wr ? max_wr : 1),
+        sges_(static_cast<size_t>(max_wr ? max_wr : 1) * (max_sge ? max_sge : 1)),
+        inline_(static_cast<size_t>(max_wr) * max_inline) {}
+
+  uint32_t capacity() const { return max_wr_; }
+  uint32_t max_sge() const { return max_sge_; }
+  uint32_t max_inline() const { return max_inline_; }
+  uint32_t size() const { return static_cast<uint32_t>(tail_ - head_); }
+  bool empty() const { return head_ == tail_; }
+  bool full() const { return size() >= max_wr_; }
+
+  // Slot for the next post; valid until push().
+  Wqe& next() { return wqes_[index(tail_)]; }
+  Sge* next_sges() { return &sges_[static_cast<size_t>(index(tail_)) * max_sge_]; }
+  uint8_t* next_inline() { return max_inline_ ? &inline_[static_cast<size_t>(index(tail_)) * max_inline_] : nullptr; }
+  void push() { ++tail_; }
+
+  // The i-th outstanding entry from the head (0 = oldest).
+  Wqe& at(uint32_t i) { return wqes_[index(head_ + i)]; }
+  Sge* sges_at(uint32_t i) { return &sges_[static_cast<size_t>(index(head_ + i)) * max_sge_]; }
+  uint8_t* inline_at(uint32_t i) {
+    return max_inline_ ? &inline_[static_cast<size_t>(index(head_ + i)) * max_inline_] : nullptr;
+  }
+  Wqe& front() { return at(0); }
+  void pop() { ++head_; }
+  void clear() { head_ = tail_ = 0; }
+
+ private:
+  uint32_t index(uint64_t n) const { return static_cast<uint32_t>(n % (max_wr_ ? max_wr_ : 1)); }
+
+  uint32_t max_wr_ = 0;
+  uint32_t max_sge_ = 1;
+  uint32_t max_inline_ = 0;
+  uint64_t head_ = 0;
+  uint64_t tail_ = 0;
+  std::vector<Wqe> wqes_;
+  std::vector<Sge> sges_;
+  std::vector<uint8_t> inline_;
+};
+
+}  // namespace softverbs::emu
