@@ -75,8 +75,8 @@ Qp::~Qp() {
 int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   std::lock_guard lock(mu_);
   const auto mask = static_cast<uint32_t>(attr_mask);
-  // A caller's cur_qp_state must name the state the QP is in.
-  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != attr_.qp_state) return EINVAL;
+  // Mask bits no kernel defines are refused before anything else, as uverbs does.
+  if (qp_attr_mask_unsupported_bits(mask)) return EOPNOTSUPP;
   const QpTransition t = resolve_modify_qp_transition(attr_.qp_state, *attr, mask);
   const ibv_qp_state cur = t.cur;
   const ibv_qp_state next = t.next;
