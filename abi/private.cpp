@@ -9,7 +9,9 @@
 
 // The one data object of the node: a bool in .bss, like rdma-core's. A function
 // of that name would be written to by libmlx5's constructor path and crash.
-SV_EXPORT bool verbs_allow_disassociate_destroy;
+extern "C" {
+__attribute__((visibility("default"))) bool verbs_allow_disassociate_destroy;
+}
 
 SV_EXPORT void verbs_register_driver_34(const void* ops) {
   // A real provider library loaded into this process announces itself; there is
