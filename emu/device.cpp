@@ -20,6 +20,7 @@ constexpr uint16_t kRoceV2Port = 4791;
 // are a valid unicast LID (0x0001..0xBFFF) for the InfiniBand link-layer mode.
 constexpr uint32_t kAutoFirst = 0x7f000101;
 constexpr uint32_t kAutoLast = 0x7f00bfff;
+constexpr int kSocketBuffer = 8 << 20;
 
 // Binds the device's RoCEv2 endpoint. Claiming the address is what makes it the
 // device's own: a second process cannot take it.
@@ -30,6 +31,14 @@ int bind_endpoint(in_addr addr) {
   // covers the IP header, so captures only verify with a stable ID.
   int pmtu = IP_PMTUDISC_DO;
   ::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  // Deep socket buffers absorb bursts from many QPs; a datagram the buffer
+  // cannot take is lost and recovered by the transport. The forced variant needs
+  // CAP_NET_ADMIN; without it the kernel caps the size at net.core.[rw]mem_max.
+  int size = kSocketBuffer;
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof size) < 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof size) < 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(kRoceV2Port);
@@ -226,6 +235,8 @@ uint32_t Device::register_qp(Qp* qp) {
 }
 
 void Device::unregister_qp(uint32_t qpn) {
+  // Taking the receive lock waits for a packet being handed to the QP.
+  std::lock_guard rx(rx_mu_);
   std::lock_guard lock(mu_);
   qps_.erase(qpn);
 }
@@ -253,11 +264,12 @@ uint32_t Device::register_mr(Mr* mr) {
 }
 
 void Device::unregister_mr(uint32_t key) {
+  std::unique_lock mr_lock(mr_mu_);  // waits for transfers using the region
   std::lock_guard lock(mu_);
   mrs_.erase(key);
 }
 
-Mr* Device::find_mr(uint32_t key) {
+Mr* Device::find_mr_locked(uint32_t key) {
   std::lock_guard lock(mu_);
   auto it = mrs_.find(key);
   return it == mrs_.end() ? nullptr : it->second;
@@ -319,6 +331,12 @@ const std::vector<Device*>& DeviceRegistry::devices() {
     }
   });
   return devices_;
+}
+
+Device* DeviceRegistry::find_by_addr(in_addr addr) {
+  for (Device* d : devices())
+    if (d->addr().s_addr == addr.s_addr) return d;
+  return nullptr;
 }
 
 Device* DeviceRegistry::find(ibv_device* dev) {

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -18,14 +19,20 @@
 #include <unordered_map>
 #include <vector>
 
+#include <shared_mutex>
+#include <span>
+
 #include "emu/config.hpp"
 #include "emu/handle.hpp"
 #include "emu/wq.hpp"
 #include "softverbs/rdma_private.h"
+#include "transport/icrc.hpp"
+#include "transport/packet.hpp"
 
 namespace softverbs::emu {
 
 class Context;
+class EngineTimer;
 class Pd;
 class Mr;
 class Cq;
@@ -71,9 +78,37 @@ class Device {
   Qp* find_qp(uint32_t qpn);
   uint32_t register_mr(Mr* mr);
   void unregister_mr(uint32_t key);
-  Mr* find_mr(uint32_t key);
+  // Callers hold mr_lock() (shared) while they use the region's memory, so a
+  // concurrent deregistration waits for the access to finish.
+  Mr* find_mr_locked(uint32_t key);
+  std::shared_mutex& mr_lock() { return mr_mu_; }
+
+  // ---- the RoCEv2 endpoint ----------------------------------------------
+  struct Counters {
+    std::atomic<uint64_t> tx_packets{0}, rx_packets{0};
+    std::atomic<uint64_t> rx_icrc_errors{0}, rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
+    std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0},
+        rnr_naks_received{0}, duplicates{0}, timeouts{0};
+  };
+  Counters& counters() { return counters_; }
+
+  // The ICRC flow of packets this device sends to dst (and receives from it).
+  transport::Ipv4Flow flow(in_addr src, in_addr dst) const;
+  // Sends one packet (BTH..ICRC). A device of this process gets it through its
+  // local queue, with the same packet semantics but no socket.
+  void transmit(in_addr dst, std::span<const uint8_t> packet);
+  // Receives and processes the packets waiting for this device. Application
+  // threads pass block=false and skip the work when another thread is at it.
+  void progress(bool block);
+  // Makes the progress thread watch the endpoint (idempotent).
+  void start_progress();
+  // The address a LID maps to: the device's own /16 with the LID as low bits.
+  in_addr addr_of_lid(uint16_t lid) const;
 
  private:
+  void receive_local(in_addr src, std::span<const uint8_t> packet);
+  void handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet);
+
   Handle<verbs_device, Device> handle_;
   DeviceConfig config_;
   int index_;
@@ -89,6 +124,14 @@ class Device {
   uint32_t next_mr_index_ = 1;
   uint8_t next_mr_key_ = 0;
   std::unordered_map<uint32_t, Mr*> mrs_;
+  std::shared_mutex mr_mu_;
+
+  Counters counters_;
+  std::mutex rx_mu_;  // one thread processes received packets at a time, in order
+  std::mutex local_mu_;
+  std::deque<std::pair<in_addr, std::vector<uint8_t>>> local_;
+  std::atomic<bool> local_pending_{false};
+  std::once_flag progress_started_;
 };
 
 // The process-wide device list, created on first use from the environment.
@@ -98,6 +141,7 @@ class DeviceRegistry {
   const std::vector<Device*>& devices();  // configures on the first call
   Device* find(ibv_device* dev);
   const std::string& config_error() const { return error_; }
+  Device* find_by_addr(in_addr addr);
 
  private:
   std::once_flag once_;
@@ -316,9 +360,41 @@ class Qp {
 
   EventCount events;
 
+  // ---- the transport engine (emu/requester.cpp, responder.cpp, completer.cpp)
+  // Entry point for a packet addressed to this QP; called by the device's
+  // receive path.
+  void receive(const transport::PacketView& pkt, in_addr src);
+  // Detaches the engine's timer; the QP is about to be destroyed.
+  void shutdown();
+
  private:
   void flush_locked();
   void enter_error_locked();
+
+  // requester
+  void requester_locked();
+  bool send_next_packet_locked();
+  void send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset);
+  void arm_timer_locked();
+  void on_timer();
+  void retransmit_from_locked(uint32_t psn);
+  // completer
+  void completer_locked(const transport::PacketView& pkt);
+  void retire_acked_locked();
+  void complete_send_error_locked(SendWqe& w, ibv_wc_status status);
+  void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
+  // responder
+  void responder_locked(const transport::PacketView& pkt, in_addr src);
+  void send_ack_locked(transport::Aeth aeth, uint32_t psn);
+  bool take_recv_wqe_locked();
+  void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm,
+                            uint32_t imm, bool with_inv, bool solicited);
+  void responder_error_locked(transport::NakCode code, ibv_wc_status recv_status, uint32_t psn);
+  void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
+  // wire
+  void transmit_locked(const transport::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
+  bool resolve_dest_locked();
 
   Handle<ibv_qp_ex, Qp> handle_;
   Pd& pd_;
@@ -333,6 +409,49 @@ class Qp {
   std::mutex mu_;
   WorkQueue<SendWqe> sq_;
   WorkQueue<RecvWqe> rq_;
+
+  // Destination, resolved from the address vector at RTR.
+  in_addr dest_addr_{};
+  // Requester: tx_index_ is the WQE (counted from the SQ head) being sent and
+  // tx_offset_ how many of its bytes have gone out; req_psn_ the next PSN.
+  uint32_t req_psn_ = 0;
+  uint32_t tx_index_ = 0;
+  uint64_t tx_offset_ = 0;
+  uint32_t unacked_psn_ = 0;  // oldest PSN not acknowledged
+  uint32_t retry_left_ = 0;
+  uint32_t rnr_retry_left_ = 0;
+  bool rnr_waiting_ = false;
+  std::chrono::steady_clock::time_point deadline_{};
+  std::chrono::steady_clock::time_point rnr_until_{};
+  std::shared_ptr<EngineTimer> timer_;
+
+  // Responder.
+  uint32_t epsn_ = 0;  // expected PSN
+  uint32_t msn_ = 0;
+  uint8_t prev_opcode_ = 0xFF;
+  bool nak_sent_ = false;      // a sequence NAK is outstanding: stay silent until in order
+  bool uc_drop_ = false;       // UC: drop packets until the next message starts
+  bool comm_established_ = false;
+  struct Receiving {
+    bool active = false;
+    RecvWqe wqe;
+    std::vector<Sge> sges;
+    uint64_t offset = 0;
+  } rcv_;
+  struct Writing {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint64_t remaining = 0;
+    uint64_t total = 0;
+  } wr_;
+  struct Resource {  // a served read or atomic, kept to answer duplicates
+    bool atomic = false;
+    uint32_t first_psn = 0, last_psn = 0;
+    uint64_t va = 0, len = 0;
+    uint32_t rkey = 0;
+    uint64_t orig = 0;  // atomic: the value returned
+  };
+  std::deque<Resource> resources_;
 };
 
 // ---------------------------------------------------------------------------

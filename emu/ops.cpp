@@ -23,7 +23,13 @@ int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) { return Qp:
 int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return Srq::from(srq)->post_recv(wr, bad_wr);
 }
-int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) { return Cq::from(cq)->poll(n, wc); }
+int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  Cq* c = Cq::from(cq);
+  // Polling drives the protocol inline: whatever arrived for this device is
+  // processed by the polling thread, with no wake-up of another thread.
+  c->context().device().progress(false);
+  return c->poll(n, wc);
+}
 int op_req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only); }
 
 // ---- verbs_context slots ----------------------------------------------------
@@ -58,6 +64,7 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 
 int cqx_start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
+  Cq::from(cq)->context().device().progress(false);
   return Cq::from(cq)->start_poll();
 }
 int cqx_next_poll(ibv_cq_ex* cq) { return Cq::from(cq)->next_poll(); }

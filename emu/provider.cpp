@@ -476,6 +476,7 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   Qp* q = Qp::from(qp);
   Context& ctx = q->context();
   ctx.device().unregister_qp(q->qpn());
+  q->shutdown();
   ctx.forget_async_events(qp);
   wait_events_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->events.reported);
   Pd& pd = q->pd();

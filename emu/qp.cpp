@@ -3,7 +3,9 @@
 
 #include "emu/caps.hpp"
 #include "emu/objects.hpp"
+#include "emu/progress.hpp"
 #include "emu/qp_state.hpp"
+#include "transport/opcode.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -82,6 +84,19 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   const ibv_qp_state next = t.next;
   if (!modify_qp_is_ok(type_, cur, next, mask)) return EINVAL;
   if (int err = validate_qp_attr_values(*attr, mask, limits_of(device()), attr_.port_num)) return err;
+  if (mask & IBV_QP_AV) {
+    // The destination must be reachable by an emulated port: an IPv4-mapped GID,
+    // an emulated port's IB GID, or a LID.
+    ibv_qp_attr saved = attr_;
+    in_addr saved_dest = dest_addr_;
+    attr_.ah_attr = attr->ah_attr;
+    bool ok = resolve_dest_locked();
+    attr_ = saved;
+    if (!ok) {
+      dest_addr_ = saved_dest;
+      return EINVAL;
+    }
+  }
 
   // Apply the attributes the mask names.
   auto has = [attr_mask](int bit) { return (attr_mask & bit) != 0; };
@@ -118,11 +133,36 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
       // returns the attributes to their initial values (IBTA 10.3.1 QP states).
       sq_.clear();
       rq_.clear();
+      rcv_ = Receiving{};
+      wr_ = Writing{};
+      resources_.clear();
+      tx_index_ = 0;
+      tx_offset_ = 0;
+      rnr_waiting_ = false;
       ibv_qp_attr fresh{};
       fresh.cap = cap_;
       attr_ = fresh;
     } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
       enter_error_locked();
+    } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
+      epsn_ = attr_.rq_psn;
+      msn_ = 0;
+      prev_opcode_ = transport::kNoPrevOpcode;
+      nak_sent_ = false;
+      uc_drop_ = type_ == IBV_QPT_UC;
+      comm_established_ = false;
+      device().start_progress();
+    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+      req_psn_ = unacked_psn_ = attr_.sq_psn;
+      tx_index_ = 0;
+      tx_offset_ = 0;
+      retry_left_ = attr_.retry_cnt;
+      rnr_retry_left_ = attr_.rnr_retry;
+      rnr_waiting_ = false;
+      if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
+      requester_locked();
+    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
+      requester_locked();
     } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
       // With nothing in flight the send queue is drained at once.
       attr_.sq_draining = 0;
@@ -211,9 +251,10 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       *bad_wr = wr;
       return EINVAL;
     }
-    if (type_ == IBV_QPT_UD && !wr->wr.ud.ah) {
+    if (type_ == IBV_QPT_UD) {
+      // The datagram service has no data path yet.
       *bad_wr = wr;
-      return EINVAL;
+      return wr->wr.ud.ah ? EOPNOTSUPP : EINVAL;
     }
     if (sq_.full()) {
       *bad_wr = wr;
@@ -228,6 +269,11 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     wqe.imm_data = wr->imm_data;  // also invalidate_rkey (a union)
     wqe.is_inline = is_inline;
     wqe.ah = nullptr;
+    // The slot is reused: its transmission state starts afresh.
+    wqe.first_psn = wqe.last_psn = 0;
+    wqe.resp_bytes = 0;
+    wqe.sent = false;
+    wqe.acked = false;
     switch (wr->opcode) {
       case IBV_WR_RDMA_WRITE:
       case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -264,8 +310,16 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     sq_.push();
   }
-  if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) flush_locked();
+  if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
+    flush_locked();
+  } else {
+    requester_locked();
+  }
   return 0;
+}
+
+void Qp::shutdown() {
+  if (timer_) timer_->detach();
 }
 
 void Qp::enter_error_locked() {
@@ -280,6 +334,9 @@ void Qp::enter_error_locked() {
 }
 
 void Qp::flush_locked() {
+  tx_index_ = 0;
+  tx_offset_ = 0;
+  rnr_waiting_ = false;
   // Every outstanding work request completes with IBV_WC_WR_FLUSH_ERR, signaled or
   // not: completions in error are always generated (IBTA 10.8.3).
   auto push = [this](Cq* cq, uint64_t wr_id, ibv_wc_opcode opcode) {
@@ -296,6 +353,11 @@ void Qp::flush_locked() {
     }
   };
   if (attr_.qp_state == IBV_QPS_ERR) {
+    if (rcv_.active && !srq_) {
+      // The receive WQE a message was being placed into comes first.
+      push(recv_cq_, rcv_.wqe.wr_id, IBV_WC_RECV);
+    }
+    rcv_ = Receiving{};
     while (!rq_.empty()) {
       push(recv_cq_, rq_.front().wr_id, IBV_WC_RECV);
       rq_.pop();

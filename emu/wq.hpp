@@ -37,6 +37,13 @@ struct SendWqe {
   uint32_t remote_qpn = 0;    // UD
   uint32_t remote_qkey = 0;   // UD
   bool is_inline = false;     // payload copied into the queue at post time
+
+  // Transmission state, owned by the requester and completer.
+  uint32_t first_psn = 0;     // PSN of the first request packet
+  uint32_t last_psn = 0;      // PSN of the last packet (for reads: of the last response)
+  uint64_t resp_bytes = 0;    // read: response bytes placed so far
+  bool sent = false;          // every request packet sent at least once
+  bool acked = false;         // acknowledged (or, UC, sent): may complete
 };
 
 // A ring of WQE headers plus, per slot, room for max_sge scatter/gather entries

@@ -1,0 +1,270 @@
+// The completer: acknowledgements, NAKs, read responses and atomic responses
+// retire send work requests in order and produce their completions (IBTA
+// 9.7.5.1, 9.9).
+#include <cstring>
+
+#include "emu/memaccess.hpp"
+#include "emu/objects.hpp"
+#include "emu/progress.hpp"
+#include "transport/psn.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+using namespace transport;
+
+ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+ibv_wc_status status_of_nak(NakCode code) {
+  switch (code) {
+    case NakCode::invalid_request:
+      return IBV_WC_REM_INV_REQ_ERR;
+    case NakCode::remote_access_error:
+      return IBV_WC_REM_ACCESS_ERR;
+    case NakCode::remote_operational_error:
+      return IBV_WC_REM_OP_ERR;
+    case NakCode::invalid_rd_request:
+      return IBV_WC_REM_INV_RD_REQ_ERR;
+    default:
+      return IBV_WC_BAD_RESP_ERR;
+  }
+}
+
+}  // namespace
+
+void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
+  const bool signaled = sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED);
+  if (status == IBV_WC_SUCCESS && !signaled) return;
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = status;
+  wc.opcode = wc_opcode_of(w.opcode);
+  wc.qp_num = qpn();
+  if (w.opcode == IBV_WR_RDMA_READ) wc.byte_len = static_cast<uint32_t>(w.total_length);
+  if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) wc.byte_len = 8;
+  if (status != IBV_WC_SUCCESS) wc.vendor_err = 0;
+  if (!send_cq_->push(wc, false)) {
+    ibv_async_event ev{};
+    ev.element.cq = send_cq_->ibv();
+    ev.event_type = IBV_EVENT_CQ_ERR;
+    context().post_async_event(ev);
+  }
+}
+
+void Qp::retire_acked_locked() {
+  while (!sq_.empty() && sq_.front().acked) {
+    post_send_completion_locked(sq_.front(), IBV_WC_SUCCESS);
+    sq_.pop();
+    if (tx_index_ > 0) --tx_index_;
+  }
+  // With nothing left in flight a drain (RTS->SQD) has finished.
+}
+
+void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {
+  // Work requests before it that were acknowledged complete first, in order.
+  while (!sq_.empty() && &sq_.front() != &w) {
+    if (!sq_.front().acked) break;
+    post_send_completion_locked(sq_.front(), IBV_WC_SUCCESS);
+    sq_.pop();
+  }
+  post_send_completion_locked(w, status);
+  if (!sq_.empty() && &sq_.front() == &w) sq_.pop();
+  tx_index_ = 0;
+  tx_offset_ = 0;
+  // IBTA 10.8.3.3: a completion error moves the QP to the error state, which
+  // flushes what remains.
+  attr_.qp_state = IBV_QPS_ERR;
+  attr_.cur_qp_state = IBV_QPS_ERR;
+  handle_.pub.qp_base.state = IBV_QPS_ERR;
+  enter_error_locked();
+}
+
+void Qp::completer_locked(const PacketView& pkt) {
+  if (type_ != IBV_QPT_RC) return;
+  const uint32_t psn = pkt.bth.psn;
+  // Responses for PSNs never sent, or already acknowledged, are ghosts or
+  // duplicates: ignore them (IBTA 9.9.2.1).
+  if (psn_ge(psn, req_psn_) || psn_lt(psn, unacked_psn_)) {
+    if (pkt.op->op_class != OpClass::ack || psn_ge(psn, req_psn_)) {
+      device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  bool progressed = false;
+
+  // Everything before `upto` is acknowledged: send and write requests retire.
+  auto ack_through = [&](uint32_t upto_exclusive) {
+    for (uint32_t i = 0; i < sq_.size(); ++i) {
+      SendWqe& w = sq_.at(i);
+      if (!w.sent || w.acked) {
+        if (!w.sent) break;
+        continue;
+      }
+      if (psn_ge(w.last_psn, upto_exclusive)) break;
+      if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+          w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        // A later acknowledgement cannot complete a read or atomic whose
+        // response was lost: it is requested again (IBTA 9.7.5.1.6).
+        break;
+      }
+      w.acked = true;
+      progressed = true;
+    }
+    if (psn_gt(upto_exclusive, unacked_psn_)) {
+      unacked_psn_ = upto_exclusive;
+      progressed = true;
+    }
+  };
+
+  switch (pkt.op->op_class) {
+    case OpClass::ack: {
+      const Aeth& a = pkt.aeth;
+      if (a.is_ack()) {
+        ack_through(psn_add(psn, 1));
+      } else if (a.is_rnr_nak()) {
+        device().counters().rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        ack_through(psn);
+        if (attr_.rnr_retry != 7) {  // 7 means retry forever (IBTA 9.7.5.2.8)
+          if (rnr_retry_left_ == 0) {
+            for (uint32_t i = 0; i < sq_.size(); ++i) {
+              SendWqe& w = sq_.at(i);
+              if (!w.acked) {
+                complete_send_error_locked(w, IBV_WC_RNR_RETRY_EXC_ERR);
+                return;
+              }
+            }
+            return;
+          }
+          --rnr_retry_left_;
+        }
+        retransmit_from_locked(psn);
+        rnr_waiting_ = true;
+        rnr_until_ = std::chrono::steady_clock::now() + std::chrono::microseconds(rnr_timer_us(a.rnr_timer()));
+        arm_timer_locked();
+        retire_acked_locked();
+        return;
+      } else if (a.is_nak()) {
+        device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
+        ack_through(psn);
+        if (a.nak_code() == NakCode::psn_sequence_error) {
+          if (retry_left_ == 0) {
+            for (uint32_t i = 0; i < sq_.size(); ++i) {
+              SendWqe& w = sq_.at(i);
+              if (!w.acked) {
+                complete_send_error_locked(w, IBV_WC_RETRY_EXC_ERR);
+                return;
+              }
+            }
+            return;
+          }
+          --retry_left_;
+          retransmit_from_locked(psn);
+        } else {
+          // The request at `psn` failed at the responder.
+          for (uint32_t i = 0; i < sq_.size(); ++i) {
+            SendWqe& w = sq_.at(i);
+            if (w.acked) continue;
+            complete_send_error_locked(w, status_of_nak(a.nak_code()));
+            return;
+          }
+          return;
+        }
+      }
+      break;
+    }
+    case OpClass::rdma_read_response:
+    case OpClass::atomic_ack: {
+      // Responses arrive in PSN order; a gap means some were lost: ask again
+      // from the first missing one (IBTA 9.7.5.1.6).
+      if (psn != unacked_psn_) {
+        if (psn_gt(psn, unacked_psn_)) retransmit_from_locked(unacked_psn_);
+        break;
+      }
+      SendWqe* read = nullptr;
+      uint32_t index = 0;
+      for (uint32_t i = 0; i < sq_.size(); ++i) {
+        SendWqe& w = sq_.at(i);
+        if (w.acked) continue;
+        if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+            w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+          read = &w;
+          index = i;
+          break;
+        }
+        // A response implicitly acknowledges the sends and writes before it.
+        if (w.sent && psn_lt(w.last_psn, psn)) {
+          w.acked = true;
+          continue;
+        }
+        break;
+      }
+      const bool want_atomic = pkt.op->op_class == OpClass::atomic_ack;
+      if (!read || psn_lt(psn, read->first_psn) ||
+          (want_atomic != (read->opcode != IBV_WR_RDMA_READ))) {
+        // Not the response this requester waits for (IBTA C9-?? "bad response").
+        complete_send_error_locked(read ? *read : sq_.front(), IBV_WC_BAD_RESP_ERR);
+        return;
+      }
+      std::shared_lock mr_lock(device().mr_lock());
+      std::vector<std::span<uint8_t>> spans;
+      if (want_atomic) {
+        uint64_t orig = pkt.atomic_ack_eth.orig;
+        if (!resolve_sges(device(), pd_, sq_.sges_at(index), read->num_sge, 0, 8, IBV_ACCESS_LOCAL_WRITE, spans)) {
+          mr_lock.unlock();
+          complete_send_error_locked(*read, IBV_WC_LOC_PROT_ERR);
+          return;
+        }
+        scatter(spans, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&orig), 8));
+        read->acked = true;
+      } else {
+        const uint32_t mtu = mtu_bytes();
+        uint64_t offset = static_cast<uint64_t>(psn_diff(psn, read->first_psn)) * mtu;
+        uint64_t len = pkt.payload.size();
+        const bool last = pkt.op->position == Position::last || pkt.op->position == Position::only;
+        const bool chunk_end = last;
+        if (offset + len > read->total_length || (!chunk_end && len != mtu)) {
+          mr_lock.unlock();
+          complete_send_error_locked(*read, IBV_WC_BAD_RESP_ERR);
+          return;
+        }
+        if (len && !resolve_sges(device(), pd_, sq_.sges_at(index), read->num_sge, offset, len,
+                                 IBV_ACCESS_LOCAL_WRITE, spans)) {
+          mr_lock.unlock();
+          complete_send_error_locked(*read, IBV_WC_LOC_PROT_ERR);
+          return;
+        }
+        scatter(spans, pkt.payload);
+        read->resp_bytes = offset + len;
+        if (read->sent && psn == read->last_psn) read->acked = true;
+      }
+      unacked_psn_ = psn_add(psn, 1);
+      progressed = true;
+      break;
+    }
+    default:
+      return;
+  }
+
+  if (progressed) {
+    retry_left_ = attr_.retry_cnt;
+    rnr_retry_left_ = attr_.rnr_retry;
+  }
+  retire_acked_locked();
+  arm_timer_locked();
+}
+
+}  // namespace softverbs::emu

@@ -1,0 +1,152 @@
+// The device's RoCEv2 endpoint: sending packets, receiving them and handing each
+// to its QP (the receive demultiplexer).
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "emu/objects.hpp"
+#include "emu/progress.hpp"
+#include "softverbs/log.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+constexpr uint16_t kRoceV2Port = transport::kRoceV2UdpPort;
+constexpr int kRxBatch = 32;
+constexpr size_t kMaxDatagram = 65536;
+
+std::array<uint8_t, 4> bytes_of(in_addr a) {
+  std::array<uint8_t, 4> b;
+  std::memcpy(b.data(), &a.s_addr, 4);
+  return b;
+}
+
+}  // namespace
+
+transport::Ipv4Flow Device::flow(in_addr src, in_addr dst) const {
+  transport::Ipv4Flow f;
+  f.saddr = bytes_of(src);
+  f.daddr = bytes_of(dst);
+  // Sent from the endpoint's own port over an unconnected socket with DF set,
+  // which gives IP ID 0 (see bind_endpoint).
+  f.id = 0;
+  f.frag_off = transport::kIpv4FlagDf;
+  f.sport = kRoceV2Port;
+  f.dport = kRoceV2Port;
+  return f;
+}
+
+in_addr Device::addr_of_lid(uint16_t lid) const {
+  in_addr a;
+  a.s_addr = htonl((ntohl(addr_.s_addr) & 0xffff0000u) | lid);
+  return a;
+}
+
+void Device::start_progress() {
+  std::call_once(progress_started_, [this] { Progress::instance().watch(*this); });
+}
+
+void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
+  counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  if (Device* local = DeviceRegistry::instance().find_by_addr(dst)) {
+    local->receive_local(addr_, packet);
+    return;
+  }
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(kRoceV2Port);
+  sa.sin_addr = dst;
+  for (;;) {
+    ssize_t n = ::sendto(udp_fd_, packet.data(), packet.size(), 0, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    if (n >= 0) return;
+    if (errno == EINTR) continue;
+    // A full socket buffer or an unreachable peer loses the packet, as a
+    // congested link would: the reliable transport recovers it.
+    SV_LOG(kDebug, "%s: send to %s failed: %s", name().c_str(), inet_ntoa(dst), std::strerror(errno));
+    return;
+  }
+}
+
+void Device::receive_local(in_addr src, std::span<const uint8_t> packet) {
+  {
+    std::lock_guard lock(local_mu_);
+    local_.emplace_back(src, std::vector<uint8_t>(packet.begin(), packet.end()));
+  }
+  if (!local_pending_.exchange(true)) {
+    start_progress();
+    Progress::instance().post([this] { progress(true); });
+  }
+}
+
+void Device::progress(bool block) {
+  std::unique_lock lock(rx_mu_, std::defer_lock);
+  if (block) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return;
+  }
+  static thread_local std::vector<uint8_t> bufs(static_cast<size_t>(kRxBatch) * kMaxDatagram);
+  for (;;) {
+    bool any = false;
+    // Datagrams from the socket, in batches.
+    mmsghdr msgs[kRxBatch];
+    iovec iov[kRxBatch];
+    sockaddr_in from[kRxBatch];
+    for (int i = 0; i < kRxBatch; ++i) {
+      iov[i] = {bufs.data() + static_cast<size_t>(i) * kMaxDatagram, kMaxDatagram};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      msgs[i].msg_hdr.msg_name = &from[i];
+      msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+    }
+    int n = ::recvmmsg(udp_fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+    for (int i = 0; i < n; ++i) {
+      any = true;
+      handle_packet(from[i].sin_addr, ntohs(from[i].sin_port),
+                    std::span<const uint8_t>(static_cast<uint8_t*>(iov[i].iov_base), msgs[i].msg_len));
+    }
+    // Packets from devices of this process.
+    if (local_pending_.load(std::memory_order_acquire)) {
+      std::deque<std::pair<in_addr, std::vector<uint8_t>>> batch;
+      {
+        std::lock_guard l(local_mu_);
+        batch.swap(local_);
+        local_pending_.store(false, std::memory_order_release);
+      }
+      for (auto& [src, bytes] : batch) {
+        any = true;
+        handle_packet(src, kRoceV2Port, bytes);
+      }
+    }
+    if (!any) return;
+  }
+}
+
+void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+  counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  transport::PacketView pkt;
+  transport::Ipv4Flow f = flow(src, addr_);
+  f.sport = sport;
+  transport::ParseError err = transport::parse(packet, pkt, transport::IcrcFlow{f});
+  if (err == transport::ParseError::icrc_mismatch) {
+    counters_.rx_icrc_errors.fetch_add(1, std::memory_order_relaxed);
+    return;  // a corrupted packet is dropped silently (IBTA: invariant CRC error)
+  }
+  if (err != transport::ParseError::ok) {
+    counters_.rx_malformed.fetch_add(1, std::memory_order_relaxed);
+    SV_LOG(kDebug, "%s: dropped malformed packet: %.*s", name().c_str(),
+           static_cast<int>(transport::to_string(err).size()), transport::to_string(err).data());
+    return;
+  }
+  Qp* qp = find_qp(pkt.bth.dest_qp);
+  if (!qp) {
+    counters_.rx_unknown_qp.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  qp->receive(pkt, src);
+}
+
+}  // namespace softverbs::emu
