@@ -9,6 +9,7 @@
 #include "emu/objects.hpp"
 #include "emu/progress.hpp"
 #include "softverbs/log.hpp"
+#include "transport/pcap.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -50,6 +51,7 @@ void Device::start_progress() {
 
 void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
   counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  if (transport::PcapWriter* pcap = transport::PcapWriter::instance()) pcap->write(addr_, dst, kRoceV2Port, packet);
   if (Device* local = DeviceRegistry::instance().find_by_addr(dst)) {
     local->receive_local(addr_, packet);
     return;
@@ -103,8 +105,14 @@ void Device::progress(bool block) {
       msgs[i].msg_hdr.msg_namelen = sizeof from[i];
     }
     int n = ::recvmmsg(udp_fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+    transport::PcapWriter* pcap = transport::PcapWriter::instance();
     for (int i = 0; i < n; ++i) {
       any = true;
+      // Packets from other processes are captured on arrival (those of this
+      // process were captured when sent).
+      if (pcap)
+        pcap->write(from[i].sin_addr, addr_, ntohs(from[i].sin_port),
+                    std::span<const uint8_t>(static_cast<uint8_t*>(iov[i].iov_base), msgs[i].msg_len));
       handle_packet(from[i].sin_addr, ntohs(from[i].sin_port),
                     std::span<const uint8_t>(static_cast<uint8_t*>(iov[i].iov_base), msgs[i].msg_len));
     }
