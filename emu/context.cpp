@@ -3,6 +3,7 @@
 
 #include <cerrno>
 
+#include "emu/caps.hpp"
 #include "emu/objects.hpp"
 #include "emu/ops.hpp"
 
@@ -38,7 +39,7 @@ Context::Context(Device& device) : device_(device) {
   c.cmd_fd = -1;
   c.async_fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (c.async_fd < 0) throw std::system_error(errno, std::generic_category());
-  c.num_comp_vectors = 1;
+  c.num_comp_vectors = caps::kNumCompVectors;
   pthread_mutex_init(&c.mutex, nullptr);
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
   install_context_ops(&v);

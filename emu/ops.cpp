@@ -1,5 +1,7 @@
 #include "emu/ops.hpp"
 
+#include <dlfcn.h>
+
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -38,7 +40,7 @@ int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, s
   return query_port(context, port_num, attr, attr_len);
 }
 
-ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
     errno = EINVAL;
     return nullptr;
@@ -58,6 +60,19 @@ ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   }
   return create_cq(*Context::from(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
                    static_cast<int>(attr->comp_vector), attr->wc_flags);
+}
+
+// Reached from the application's inline ibv_create_cq_ex: no exception may
+// leave it.
+ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  try {
+    return op_create_cq_ex_unguarded(context, attr);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (...) {
+    errno = EIO;
+  }
+  return nullptr;
 }
 
 // ---- ibv_cq_ex readers ------------------------------------------------------
@@ -85,7 +100,7 @@ uint64_t cqx_read_completion_wallclock_ns(ibv_cq_ex* cq) { return Cq::from(cq)->
 }  // namespace
 
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
-  if (port_num != 1) return EINVAL;
+  if (port_num < 1 || port_num > caps::kPhysPortCnt) return EINVAL;
   ibv_port_attr full;
   Context::from(context)->device().fill_port_attr(&full);
   std::memcpy(attr, &full, attr_len < sizeof full ? attr_len : sizeof full);
@@ -143,6 +158,11 @@ void install_context_ops(verbs_context* vctx) {
   vctx->query_port = op_query_port;
   vctx->query_device_ex = query_device_ex;
   vctx->create_cq_ex = op_create_cq_ex;
+  // Binaries built against libibverbs 1.1.x reach these compatibility slots.
+  vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
+      dlsym(RTLD_DEFAULT, "ibv_query_port"));
+  vctx->context.ops._compat_query_device = reinterpret_cast<decltype(ops._compat_query_device)>(
+      dlsym(RTLD_DEFAULT, "ibv_query_device"));
 }
 
 void install_cq_ex_ops(ibv_cq_ex* cq) {

@@ -51,7 +51,7 @@ void wait_events_acked(pthread_mutex_t* mutex, pthread_cond_t* cond, const uint3
 int check_ah_attr(Context& ctx, const ibv_ah_attr& attr) {
   Device& dev = ctx.device();
   if (!port_ok(attr.port_num)) return EINVAL;
-  if (attr.static_rate > IBV_RATE_800_GBPS) return EINVAL;
+  if (attr.static_rate > IBV_RATE_1200_GBPS || attr.static_rate == 1) return EINVAL;  // as modify_qp
   if (dev.link_layer() == LinkLayer::kEthernet) {
     // RoCE addresses by GID: an address vector without a GRH cannot be resolved.
     if (!attr.is_global) return EINVAL;
@@ -244,10 +244,7 @@ int EmuProvider::destroy_comp_channel(ibv_comp_channel* channel) {
   pthread_mutex_lock(&context->mutex);
   const bool busy = channel->refcnt != 0;
   pthread_mutex_unlock(&context->mutex);
-  if (busy) {
-    errno = EBUSY;
-    return -1;
-  }
+  if (busy) return EBUSY;  // rdma-core returns the errno value, errno untouched
   CompChannel* ch = CompChannel::from(channel);
   Context& ctx = ch->context();
   delete ch;
@@ -316,37 +313,43 @@ ibv_mr* EmuProvider::reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int
 }
 
 int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
-  // Returns an enum ibv_rereg_mr_err_code value, or errno-style EINVAL, as rdma-core.
-  if (flags <= 0 || (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED - 1))) return IBV_REREG_MR_ERR_INPUT;
-  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) return IBV_REREG_MR_ERR_INPUT;
-  if (!(flags & IBV_REREG_MR_CHANGE_PD)) pd = nullptr;
-  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
+  // rdma-core's own argument checks: each gives IBV_REREG_MR_ERR_INPUT, EINVAL.
+  auto input_error = [] {
+    errno = EINVAL;
+    return static_cast<int>(IBV_REREG_MR_ERR_INPUT);
+  };
+  if (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED - 1)) return input_error();
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) return input_error();
+  if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return input_error();
+  // What the kernel refuses comes back as IBV_REREG_MR_ERR_CMD with its errno.
+  auto cmd_error = [](int err) {
+    errno = err;
+    return static_cast<int>(IBV_REREG_MR_ERR_CMD);
+  };
+  if (flags == 0) return cmd_error(EINVAL);
   Mr* m = Mr::from(mr);
-  unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? static_cast<unsigned>(access) : m->access();
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return cmd_error(EINVAL);
+  Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? Pd::from(pd) : m->pd();
+  if (&new_pd->context() != &m->pd()->context()) return cmd_error(EINVAL);
+  unsigned new_access = m->access();
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
-    new_access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-    if (check_access(new_access)) {
-      errno = EINVAL;
-      return IBV_REREG_MR_ERR_INPUT;
-    }
+    new_access = static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if (int err = check_access(new_access)) return cmd_error(err);
   }
-  Pd* new_pd = pd ? Pd::from(pd) : m->pd();
-  if (&new_pd->context() != &m->pd()->context()) return IBV_REREG_MR_ERR_INPUT;
   void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
   size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
   if ((flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) &&
-      check_user_range(new_addr, new_len, (new_access & IBV_ACCESS_LOCAL_WRITE) != 0)) {
-    errno = EFAULT;
-    return IBV_REREG_MR_ERR_CMD;
-  }
+      check_user_range(new_addr, new_len, (new_access & IBV_ACCESS_LOCAL_WRITE) != 0))
+    return cmd_error(EFAULT);
+  // Transfers through the region finish before it changes.
+  std::unique_lock lock(m->pd()->context().device().mr_lock());
   if (new_pd != m->pd()) {
     m->pd()->users.put();
     new_pd->users.get();
     m->set_pd(new_pd);
     mr->pd = new_pd->ibv();
   }
-  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
-    m->set_translation(addr, length, reinterpret_cast<uintptr_t>(addr));
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) m->set_translation(addr, length, reinterpret_cast<uintptr_t>(addr));
   m->set_access(new_access);
   return 0;
 }
