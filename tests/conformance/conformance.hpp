@@ -1,0 +1,178 @@
+// Control-path conformance suite: shared fixture and helpers.
+//
+// Everything here uses only the public verbs API (plus the ibv_query_gid_type
+// declaration rdma-core keeps in its private driver header), so the same tests
+// run against any libibverbs-compatible device. Every test is parameterised over
+// the devices ibv_get_device_list() returns; the parameter is the device name.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+// Declared by rdma-core in <infiniband/driver.h>, which applications do not include.
+enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
+extern "C" int ibv_query_gid_type(struct ibv_context* context, uint8_t port_num, unsigned int index,
+                                  enum ibv_gid_type_sysfs* type);
+
+namespace conformance {
+
+// How long a test waits for an event that must arrive (poll() timeout). Events
+// are expected at once; the bound only turns a missing event into a failure.
+inline constexpr int kEventTimeoutMs = 2000;
+
+// The names of the devices ibv_get_device_list() returns, read once per process.
+const std::vector<std::string>& device_names();
+
+// A gtest-safe version of a device name, for test names.
+std::string device_param_name(const ::testing::TestParamInfo<std::string>& info);
+
+// True if fd becomes readable within timeout_ms.
+bool wait_readable(int fd, int timeout_ms = kEventTimeoutMs);
+
+// Polls cq until n completions were collected or timeout_ms passed (a device
+// may generate completions, flushed ones included, from another thread).
+// Returns what was collected; a negative poll result ends the wait.
+std::vector<ibv_wc> poll_completions(ibv_cq* cq, int n, int timeout_ms = kEventTimeoutMs);
+
+// Sets or clears O_NONBLOCK; returns the previous flags (or -1).
+int set_nonblocking(int fd, bool on);
+
+// True for ::ffff:a.b.c.d.
+bool gid_is_ipv4_mapped(const ibv_gid& gid);
+bool gid_is_zero(const ibv_gid& gid);
+
+const char* qp_state_name(ibv_qp_state s);
+const char* qp_type_name(ibv_qp_type t);
+std::string qp_mask_names(uint32_t mask);
+
+// One row of the IBTA modify-QP state transition table (IBTA Vol 1 11.2.5.2,
+// as enforced by Linux ib_modify_qp_is_ok()) for RC, UC and UD QPs: whether the
+// cur -> next transition exists, the attributes it requires and those it also
+// accepts (IBV_QP_STATE is implied in both). IBV_QP_CUR_STATE is accepted only
+// where listed as optional, which is only from RTR, RTS, SQD and SQE.
+struct TransitionRule {
+  bool valid = false;
+  uint32_t required = 0;
+  uint32_t optional = 0;
+};
+TransitionRule transition_rule(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next);
+
+// Owns one verbs object and destroys it when going out of scope. destroy()
+// lets a test check the destroy call itself; on failure ownership is kept so the
+// object is destroyed again at scope exit (after the test removed the blocker).
+template <class T, auto Destroy>
+class Owned {
+ public:
+  Owned() = default;
+  explicit Owned(T* p) : p_(p) {}
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  Owned(Owned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  Owned& operator=(Owned&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~Owned() { reset(); }
+
+  T* get() const { return p_; }
+  T* operator->() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  T* release() { return std::exchange(p_, nullptr); }
+
+  void reset(T* p = nullptr) {
+    if (p_) {
+      int rc = Destroy(p_);
+      EXPECT_EQ(rc, 0) << "destroying a verbs object at scope exit failed";
+    }
+    p_ = p;
+  }
+
+  // Calls the destroy verb and returns its result.
+  int destroy() {
+    int rc = Destroy(p_);
+    if (rc == 0) p_ = nullptr;
+    return rc;
+  }
+
+ private:
+  T* p_ = nullptr;
+};
+
+using Context = Owned<ibv_context, &ibv_close_device>;
+using Pd = Owned<ibv_pd, &ibv_dealloc_pd>;
+using Mr = Owned<ibv_mr, &ibv_dereg_mr>;
+using Channel = Owned<ibv_comp_channel, &ibv_destroy_comp_channel>;
+using Cq = Owned<ibv_cq, &ibv_destroy_cq>;
+using Srq = Owned<ibv_srq, &ibv_destroy_srq>;
+using Qp = Owned<ibv_qp, &ibv_destroy_qp>;
+using Ah = Owned<ibv_ah, &ibv_destroy_ah>;
+
+// Fixture: opens the device named by the parameter, queries it and its first
+// port, allocates a PD, and offers helpers for CQs, QPs and QP state changes.
+class VerbsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static constexpr uint8_t kPort = 1;
+
+  void SetUp() override;
+  void TearDown() override;
+
+  bool is_ethernet() const { return pattr_.link_layer == IBV_LINK_LAYER_ETHERNET; }
+
+  // A CQ on ctx_ (ADD_FAILURE and null on error).
+  Cq make_cq(int cqe = 16, ibv_comp_channel* channel = nullptr, void* cq_context = nullptr);
+
+  // Small default capabilities: 4 WRs and 1 SGE each way, no inline data.
+  ibv_qp_init_attr qp_init_attr(ibv_qp_type type, ibv_cq* cq, ibv_srq* srq = nullptr) const;
+  Qp make_qp(ibv_qp_type type, ibv_cq* cq, ibv_srq* srq = nullptr);
+  Qp make_qp(ibv_qp_init_attr attr);
+
+  // An address vector that reaches this port itself: on Ethernet a GRH to the
+  // device's (preferably IPv4-mapped RoCEv2) GID, on InfiniBand the port LID.
+  ibv_ah_attr loopback_ah_attr() const;
+
+  // Attributes for a cur -> next modify with every field holding a valid value,
+  // so that any mask bit can be added without making a value wrong.
+  ibv_qp_attr valid_attr(const ibv_qp* qp, ibv_qp_state cur, ibv_qp_state next) const;
+
+  // One cur -> next modify with IBV_QP_STATE and exactly the required attributes.
+  int modify_min(ibv_qp* qp, ibv_qp_state next);
+
+  // Drives a QP in RESET to target along RESET-INIT-RTR-RTS(-SQD), or
+  // RESET-INIT-ERR. Returns the first failing modify's result.
+  int move_to(ibv_qp* qp, ibv_qp_state target);
+
+  // Checks that qp->state and ibv_query_qp() agree on the expected state.
+  void expect_state(ibv_qp* qp, ibv_qp_state expected);
+
+  ibv_device** list_ = nullptr;
+  ibv_device* device_ = nullptr;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_device_attr dattr_{};
+  ibv_port_attr pattr_{};
+  // The GID used for loopback address vectors and its index.
+  int sgid_index_ = -1;
+  ibv_gid sgid_{};
+  // The IPv4-mapped RoCEv2 GID (Ethernet ports), -1 if none.
+  int ipv4_gid_index_ = -1;
+  ibv_gid ipv4_gid_{};
+};
+
+}  // namespace conformance
+
+// Instantiates a VerbsTest-derived fixture over every listed device. With no
+// device listed, DeviceList.AtLeastOneDeviceIsListed fails instead.
+#define CONFORMANCE_INSTANTIATE(Fixture)                                                         \
+  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fixture);                                        \
+  INSTANTIATE_TEST_SUITE_P(Devices, Fixture, ::testing::ValuesIn(::conformance::device_names()), \
+                           ::conformance::device_param_name)
