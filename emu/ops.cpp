@@ -51,7 +51,7 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
   }
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
-    errno = EOPNOTSUPP;
+    errno = EINVAL;  // as ConnectX
     return nullptr;
   }
   if (attr->cqe > static_cast<uint32_t>(caps::kMaxCqe)) {

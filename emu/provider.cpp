@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/ip.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -172,7 +173,7 @@ int EmuProvider::query_gid_type(ibv_context* context, uint8_t port_num, unsigned
 int EmuProvider::query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
   Device& dev = Context::from(context)->device();
   if (!port_ok(port_num) || index < 0 || index >= dev.pkey_tbl_len()) {
-    errno = EINVAL;
+    errno = ENOENT;  // rdma-core reads ports/N/pkeys/I from sysfs: no such file
     return -1;
   }
   // The default full-membership P_Key at index 0; the rest of the table is empty.
@@ -297,6 +298,10 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if (int err = check_access(access)) return fail<ibv_mr>(err);
   if (length == 0 || length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  // The I/O virtual address must keep the buffer's offset within its page
+  // (ib_uverbs_reg_mr).
+  const uint64_t page_mask = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) - 1;
+  if ((reinterpret_cast<uintptr_t>(addr) ^ iova) & page_mask) return fail<ibv_mr>(EINVAL);
   if (int err = check_user_range(addr, length, (access & IBV_ACCESS_LOCAL_WRITE) != 0)) return fail<ibv_mr>(err);
   Pd* p = Pd::from(pd);
   auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
@@ -318,7 +323,7 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
     errno = EINVAL;
     return static_cast<int>(IBV_REREG_MR_ERR_INPUT);
   };
-  if (flags & ~(IBV_REREG_MR_FLAGS_SUPPORTED - 1)) return input_error();
+  if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) return input_error();
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!length || !addr)) return input_error();
   if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return input_error();
   // What the kernel refuses comes back as IBV_REREG_MR_ERR_CMD with its errno.
@@ -500,8 +505,15 @@ ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp*) {
   return nullptr;
 }
 
-int EmuProvider::query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-int EmuProvider::set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+// Enhanced connection establishment is a vendor extension the device does not have.
+int EmuProvider::query_ece(ibv_qp*, ibv_ece*) {
+  errno = EOPNOTSUPP;
+  return EOPNOTSUPP;
+}
+int EmuProvider::set_ece(ibv_qp*, ibv_ece*) {
+  errno = EOPNOTSUPP;
+  return EOPNOTSUPP;
+}
 
 int EmuProvider::query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
   // Data is placed in order within a message; rdma-core returns 0 ("not
@@ -547,9 +559,27 @@ int EmuProvider::init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc*
   ah_attr->port_num = port_num;
   if (!(wc->wc_flags & IBV_WC_GRH)) return 0;
   ah_attr->is_global = 1;
-  // RoCEv2 over IPv4 places the IPv4 header in the last 20 bytes of the GRH.
+  // RoCEv2 over IPv4 places the IPv4 header in the last 20 bytes of the GRH. As
+  // rdma-core does, a header whose first word does not say IPv6 is IPv4 if the
+  // IPv4 version says so; one that says IPv6 is still IPv4 if a 20-byte IPv4
+  // header with a valid checksum sits there.
   const auto* ip4 = reinterpret_cast<const iphdr*>(reinterpret_cast<const uint8_t*>(grh) + 20);
-  const bool v4 = ((flow_class >> 28) & 0xf) != 6 && ip4->version == 4;
+  bool v4;
+  if (((flow_class >> 28) & 0xf) != 6) {
+    if (ip4->version != 4) {
+      errno = EPROTONOSUPPORT;
+      return -1;
+    }
+    v4 = true;
+  } else if (ip4->ihl != 5) {
+    v4 = false;
+  } else {
+    const auto* w = reinterpret_cast<const uint8_t*>(ip4);
+    uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(w[i] << 8 | w[i + 1]);
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    v4 = sum == 0xffff;  // the checksum field included, a valid header sums to all ones
+  }
   ibv_gid want{};
   ibv_gid_type_sysfs want_type = IBV_GID_TYPE_SYSFS_ROCE_V2;
   if (v4) {
