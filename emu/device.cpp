@@ -92,6 +92,9 @@ Device::Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd)
           (static_cast<uint64_t>(mac_[2]) << 40) | (0xfffeull << 24) | (static_cast<uint64_t>(mac_[3]) << 16) |
           (static_cast<uint64_t>(mac_[4]) << 8) | mac_[5];
   lid_ = static_cast<uint16_t>(a & 0xffff);
+  // Memory keys of different devices differ too (the 8-bit key part starts from
+  // the address), so a key used on the wrong side fails as it would on hardware.
+  next_mr_key_ = static_cast<uint8_t>(a * 37u + 11u);
   // QP numbers start at a value derived from the address, so that two devices do
   // not hand out the same numbers (a confusion of local and remote QPN shows up).
   next_qpn_ = ((a & 0xffff) << 8) & 0xffffff;
