@@ -71,7 +71,23 @@ void Qp::retire_acked_locked() {
     sq_.pop();
     if (tx_index_ > 0) --tx_index_;
   }
-  // With nothing left in flight a drain (RTS->SQD) has finished.
+  check_drained_locked();
+}
+
+void Qp::check_drained_locked() {
+  // The drain (RTS->SQD) ends when no message is under way and everything sent
+  // is acknowledged; the application asked to be told with en_sqd_async_notify.
+  if (attr_.qp_state != IBV_QPS_SQD || !attr_.sq_draining) return;
+  if (tx_offset_ != 0 || unacked_psn_ != req_psn_) return;
+  for (uint32_t i = 0; i < tx_index_ && i < sq_.size(); ++i)
+    if (!sq_.at(i).acked) return;
+  attr_.sq_draining = 0;
+  if (attr_.en_sqd_async_notify) {
+    ibv_async_event ev{};
+    ev.element.qp = ibv();
+    ev.event_type = IBV_EVENT_SQ_DRAINED;
+    context().post_async_event(ev);
+  }
 }
 
 void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {

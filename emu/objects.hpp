@@ -381,6 +381,7 @@ class Qp {
   // completer
   void completer_locked(const transport::PacketView& pkt);
   void retire_acked_locked();
+  void check_drained_locked();
   void complete_send_error_locked(SendWqe& w, ibv_wc_status status);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
   // responder

@@ -162,16 +162,13 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
       if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
       requester_locked();
     } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
+      attr_.sq_draining = 0;
       requester_locked();
     } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
-      // With nothing in flight the send queue is drained at once.
-      attr_.sq_draining = 0;
-      if (attr_.en_sqd_async_notify) {
-        ibv_async_event ev{};
-        ev.element.qp = ibv();
-        ev.event_type = IBV_EVENT_SQ_DRAINED;
-        context().post_async_event(ev);
-      }
+      // The send queue drains: messages under way finish, no new one starts
+      // (IBTA 10.3.1, Send Queue Drain state).
+      attr_.sq_draining = 1;
+      check_drained_locked();
     }
   }
   return 0;

@@ -130,8 +130,13 @@ void Qp::arm_timer_locked() {
 
 void Qp::requester_locked() {
   const ibv_qp_state s = attr_.qp_state;
-  if (s != IBV_QPS_RTS) return;
-  while (send_next_packet_locked()) {
+  if (s == IBV_QPS_RTS) {
+    while (send_next_packet_locked()) {
+    }
+  } else if (s == IBV_QPS_SQD) {
+    // Draining: finish the message under way, start none.
+    while (tx_offset_ > 0 && send_next_packet_locked()) {
+    }
   }
 }
 
