@@ -207,7 +207,11 @@ void Qp::completer_locked(const PacketView& pkt) {
       // Responses arrive in PSN order; a gap means some were lost: ask again
       // from the first missing one (IBTA 9.7.5.1.6).
       if (psn != unacked_psn_) {
-        if (psn_gt(psn, unacked_psn_)) retransmit_from_locked(unacked_psn_);
+        // Once per gap: the responses after the missing one are all dropped.
+        if (psn_gt(psn, unacked_psn_) && gap_rewind_psn_ != unacked_psn_) {
+          gap_rewind_psn_ = unacked_psn_;
+          retransmit_from_locked(unacked_psn_);
+        }
         break;
       }
       SendWqe* read = nullptr;

@@ -291,19 +291,20 @@ void Qp::retransmit_from_locked(uint32_t psn) {
   // responder has not acknowledged.
   for (uint32_t i = 0; i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
-    if (!w.sent && i >= tx_index_) break;
     if (w.acked) continue;
+    if (i > tx_index_ || (i == tx_index_ && tx_offset_ == 0 && !w.sent)) return;  // never started
+    const uint32_t end_psn = w.sent ? w.last_psn : psn_sub(req_psn_, 1);
+    if (psn_gt(psn, end_psn)) continue;
     if (psn_lt(psn, w.first_psn)) psn = w.first_psn;
-    if (psn_gt(psn, w.last_psn) && w.sent) continue;
+    uint64_t offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu_bytes();
+    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
+      offset = 0;
+    if (offset == 0) psn = w.first_psn;
     tx_index_ = i;
-    const uint32_t mtu = mtu_bytes();
-    uint64_t offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu;
-    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) offset = 0;
-    tx_offset_ = std::min<uint64_t>(offset, w.total_length);
-    if (tx_offset_ == w.total_length && w.total_length) tx_offset_ = 0;
+    tx_offset_ = offset;
     req_psn_ = psn;
+    w.sent = false;
     for (uint32_t j = i + 1; j < sq_.size(); ++j) sq_.at(j).sent = false;
-    if (tx_offset_ == 0) w.sent = false;
     device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
     return;
   }
