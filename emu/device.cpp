@@ -285,8 +285,26 @@ DeviceRegistry& DeviceRegistry::instance() {
   return *registry;
 }
 
+namespace {
+
+void log_counters_at_exit() {
+  for (Device* d : DeviceRegistry::instance().devices()) {
+    const Device::Counters& c = d->counters();
+    SV_LOG(kInfo,
+           "device %s: tx %lu rx %lu icrc_err %lu malformed %lu unknown_qp %lu dropped %lu retransmits %lu "
+           "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu",
+           d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(),
+           c.rx_malformed.load(), c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(),
+           c.timeouts.load(), c.naks_sent.load(), c.naks_received.load(), c.rnr_naks_sent.load(),
+           c.rnr_naks_received.load(), c.duplicates.load());
+  }
+}
+
+}  // namespace
+
 const std::vector<Device*>& DeviceRegistry::devices() {
   std::call_once(once_, [this] {
+    if (log_enabled(LogLevel::kInfo)) std::atexit(log_counters_at_exit);
     auto config = config_from_env(&error_);
     if (!config) {
       SV_LOG(kError, "%s; no emulated devices", error_.c_str());
