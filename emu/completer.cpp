@@ -54,6 +54,8 @@ void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   wc.status = status;
   wc.opcode = wc_opcode_of(w.opcode);
   wc.qp_num = qpn();
+  // mlx5 and rxe flag the requester's completion of an operation with immediate.
+  if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wc.wc_flags = IBV_WC_WITH_IMM;
   if (w.opcode == IBV_WR_RDMA_READ) wc.byte_len = static_cast<uint32_t>(w.total_length);
   if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) wc.byte_len = 8;
   if (status != IBV_WC_SUCCESS) wc.vendor_err = 0;
@@ -91,14 +93,19 @@ void Qp::check_drained_locked() {
 }
 
 void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {
-  // Work requests before it that were acknowledged complete first, in order.
-  while (!sq_.empty() && &sq_.front() != &w) {
-    if (!sq_.front().acked) break;
-    post_send_completion_locked(sq_.front(), IBV_WC_SUCCESS);
+  // A work queue completes in order, each request exactly once (IBTA 10.8.3):
+  // acknowledged requests before the failing one succeed, those still in flight
+  // are flushed, then the failing one reports the error.
+  uint32_t index = 0;
+  while (index < sq_.size() && &sq_.at(index) != &w) ++index;
+  for (uint32_t i = 0; i < index; ++i) {
+    post_send_completion_locked(sq_.front(), sq_.front().acked ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR);
     sq_.pop();
   }
-  post_send_completion_locked(w, status);
-  if (!sq_.empty() && &sq_.front() == &w) sq_.pop();
+  if (!sq_.empty()) {
+    post_send_completion_locked(sq_.front(), status);
+    sq_.pop();
+  }
   tx_index_ = 0;
   tx_offset_ = 0;
   // IBTA 10.8.3.3: a completion error moves the QP to the error state, which
