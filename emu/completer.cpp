@@ -6,6 +6,7 @@
 #include "emu/memaccess.hpp"
 #include "emu/objects.hpp"
 #include "emu/progress.hpp"
+#include "softverbs/log.hpp"
 #include "transport/psn.hpp"
 
 namespace softverbs::emu {
@@ -119,13 +120,13 @@ void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {
 void Qp::completer_locked(const PacketView& pkt) {
   if (type_ != IBV_QPT_RC) return;
   const uint32_t psn = pkt.bth.psn;
-  // Responses for PSNs never sent, or already acknowledged, are ghosts or
-  // duplicates: ignore them (IBTA 9.9.2.1).
+  // Responses for PSNs never sent, or for requests already acknowledged, are
+  // ghosts or duplicates (a late or repeated ACK or NAK): ignore them (IBTA 9.9.2.1).
   if (psn_ge(psn, req_psn_) || psn_lt(psn, unacked_psn_)) {
-    if (pkt.op->op_class != OpClass::ack || psn_ge(psn, req_psn_)) {
-      device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+    device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
+    SV_LOG(kDebug, "qp 0x%06x: ignored %.*s psn %u (unacked %u, next %u)", qpn(),
+           static_cast<int>(pkt.op->name.size()), pkt.op->name.data(), psn, unacked_psn_, req_psn_);
+    return;
   }
   bool progressed = false;
 

@@ -9,6 +9,7 @@
 #include "emu/objects.hpp"
 #include "emu/progress.hpp"
 #include "softverbs/log.hpp"
+#include "transport/faults.hpp"
 #include "transport/pcap.hpp"
 
 namespace softverbs::emu {
@@ -17,6 +18,9 @@ namespace {
 constexpr uint16_t kRoceV2Port = transport::kRoceV2UdpPort;
 constexpr int kRxBatch = 32;
 constexpr size_t kMaxDatagram = 65536;
+// How long the fault layer holds a packet back for reordering when no other
+// packet overtakes it.
+constexpr auto kReorderHold = std::chrono::microseconds(200);
 
 std::array<uint8_t, 4> bytes_of(in_addr a) {
   std::array<uint8_t, 4> b;
@@ -50,6 +54,77 @@ void Device::start_progress() {
 }
 
 void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
+  transport::FaultEngine& faults = transport::FaultEngine::instance();
+  if (faults.active()) {
+    transport::PacketView view;
+    if (transport::parse(packet, view) == transport::ParseError::ok) {
+      transport::FaultDecision d = faults.decide({transport::Direction::tx, name(), &view});
+      if (d.fired) {
+        switch (d.action) {
+          case transport::FaultAction::drop:
+            counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+            return;
+          case transport::FaultAction::duplicate:
+            counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
+            send_now(dst, packet);
+            break;
+          case transport::FaultAction::corrupt: {
+            // One flipped bit in the middle of the packet: the ICRC no longer matches.
+            counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
+            std::vector<uint8_t> bad(packet.begin(), packet.end());
+            bad[bad.size() / 2] ^= 0x10;
+            send_now(dst, bad);
+            return;
+          }
+          case transport::FaultAction::delay: {
+            counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
+            auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
+            auto bytes = std::make_shared<std::vector<uint8_t>>(packet.begin(), packet.end());
+            Progress::instance().post([this, timer, bytes, dst, us = d.delay_us] {
+              timer->expires_after(std::chrono::microseconds(us));
+              timer->async_wait([this, timer, bytes, dst](const boost::system::error_code&) { send_now(dst, *bytes); });
+            });
+            return;
+          }
+          case transport::FaultAction::reorder: {
+            counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
+            std::lock_guard lock(held_mu_);
+            if (!held_tx_) {
+              held_tx_.emplace(dst, std::vector<uint8_t>(packet.begin(), packet.end()));
+              // It goes out after the next packet, or after a short while if none follows.
+              auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
+              Progress::instance().post([this, timer] {
+                timer->expires_after(kReorderHold);
+                timer->async_wait([this, timer](const boost::system::error_code&) {
+                  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held;
+                  {
+                    std::lock_guard l(held_mu_);
+                    held.swap(held_tx_);
+                  }
+                  if (held) send_now(held->first, held->second);
+                });
+              });
+              return;
+            }
+            break;
+          }
+          case transport::FaultAction::nak:
+            break;  // receive side only
+        }
+      }
+    }
+  }
+  send_now(dst, packet);
+  // A packet held back for reordering follows the one just sent.
+  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held;
+  {
+    std::lock_guard lock(held_mu_);
+    held.swap(held_tx_);
+  }
+  if (held) send_now(held->first, held->second);
+}
+
+void Device::send_now(in_addr dst, std::span<const uint8_t> packet) {
   counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
   if (transport::PcapWriter* pcap = transport::PcapWriter::instance()) pcap->write(addr_, dst, kRoceV2Port, packet);
   if (Device* local = DeviceRegistry::instance().find_by_addr(dst)) {
@@ -69,6 +144,18 @@ void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
     SV_LOG(kDebug, "%s: send to %s failed: %s", name().c_str(), inet_ntoa(dst), std::strerror(errno));
     return;
   }
+}
+
+void Device::deliver_later(in_addr src, uint16_t sport, std::vector<uint8_t> bytes, uint32_t delay_us) {
+  auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
+  auto data = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  Progress::instance().post([this, timer, data, src, sport, delay_us] {
+    timer->expires_after(std::chrono::microseconds(delay_us));
+    timer->async_wait([this, timer, data, src, sport](const boost::system::error_code&) {
+      std::lock_guard lock(rx_mu_);
+      handle_packet(src, sport, *data, false);
+    });
+  });
 }
 
 void Device::receive_local(in_addr src, std::span<const uint8_t> packet) {
@@ -133,7 +220,7 @@ void Device::progress(bool block) {
   }
 }
 
-void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet, bool faults) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
   transport::PacketView pkt;
   transport::Ipv4Flow f = flow(src, addr_);
@@ -149,12 +236,69 @@ void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t>
            static_cast<int>(transport::to_string(err).size()), transport::to_string(err).data());
     return;
   }
+  transport::FaultEngine& engine = transport::FaultEngine::instance();
+  if (faults && engine.active()) {
+    transport::FaultDecision d = engine.decide({transport::Direction::rx, name(), &pkt});
+    if (d.fired) {
+      switch (d.action) {
+        case transport::FaultAction::drop:
+          counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+          return;
+        case transport::FaultAction::corrupt:
+          // As if it had arrived damaged: the ICRC check drops it.
+          counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
+          counters_.rx_icrc_errors.fetch_add(1, std::memory_order_relaxed);
+          return;
+        case transport::FaultAction::duplicate:
+          counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
+          handle_packet(src, sport, packet, false);
+          break;
+        case transport::FaultAction::delay:
+          counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
+          deliver_later(src, sport, std::vector<uint8_t>(packet.begin(), packet.end()), d.delay_us);
+          return;
+        case transport::FaultAction::reorder:
+          if (!held_rx_) {
+            counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
+            held_rx_.emplace(src, sport, std::vector<uint8_t>(packet.begin(), packet.end()));
+            // Handled after the next packet, or after a short while if none follows.
+            auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
+            Progress::instance().post([this, timer] {
+              timer->expires_after(kReorderHold);
+              timer->async_wait([this, timer](const boost::system::error_code&) {
+                std::lock_guard lock(rx_mu_);
+                if (!held_rx_) return;
+                auto held = std::move(*held_rx_);
+                held_rx_.reset();
+                handle_packet(std::get<0>(held), std::get<1>(held), std::get<2>(held), false);
+              });
+            });
+            return;
+          }
+          break;
+        case transport::FaultAction::nak:
+          if (pkt.op->is_request) {
+            if (Qp* qp = find_qp(pkt.bth.dest_qp)) {
+              counters_.faults_naks_forged.fetch_add(1, std::memory_order_relaxed);
+              qp->forge_nak(pkt.bth.psn, d.syndrome);
+              return;
+            }
+          }
+          break;
+      }
+    }
+  }
   Qp* qp = find_qp(pkt.bth.dest_qp);
   if (!qp) {
     counters_.rx_unknown_qp.fetch_add(1, std::memory_order_relaxed);
-    return;
+  } else {
+    qp->receive(pkt, src);
   }
-  qp->receive(pkt, src);
+  if (faults && held_rx_) {
+    auto held = std::move(*held_rx_);
+    held_rx_.reset();
+    handle_packet(std::get<0>(held), std::get<1>(held), std::get<2>(held), false);
+  }
 }
 
 }  // namespace softverbs::emu

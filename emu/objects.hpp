@@ -19,7 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include <optional>
 #include <shared_mutex>
+#include <tuple>
 #include <span>
 
 #include "emu/config.hpp"
@@ -89,6 +91,9 @@ class Device {
     std::atomic<uint64_t> rx_icrc_errors{0}, rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
     std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0},
         rnr_naks_received{0}, duplicates{0}, timeouts{0};
+    // What the fault layer did (docs/faults.md).
+    std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
+        faults_reordered{0}, faults_naks_forged{0};
   };
   Counters& counters() { return counters_; }
 
@@ -107,7 +112,9 @@ class Device {
 
  private:
   void receive_local(in_addr src, std::span<const uint8_t> packet);
-  void handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet);
+  void handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet, bool faults = true);
+  void send_now(in_addr dst, std::span<const uint8_t> packet);
+  void deliver_later(in_addr src, uint16_t sport, std::vector<uint8_t> bytes, uint32_t delay_us);
 
   Handle<verbs_device, Device> handle_;
   DeviceConfig config_;
@@ -132,6 +139,10 @@ class Device {
   std::deque<std::pair<in_addr, std::vector<uint8_t>>> local_;
   std::atomic<bool> local_pending_{false};
   std::once_flag progress_started_;
+  // Reordering: a packet held back until the next one has gone.
+  std::mutex held_mu_;
+  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held_tx_;
+  std::optional<std::tuple<in_addr, uint16_t, std::vector<uint8_t>>> held_rx_;  // under rx_mu_
 };
 
 // The process-wide device list, created on first use from the environment.
@@ -366,6 +377,8 @@ class Qp {
   void receive(const transport::PacketView& pkt, in_addr src);
   // Detaches the engine's timer; the QP is about to be destroyed.
   void shutdown();
+  // Answers a request as if the responder had refused it (the fault layer's nak).
+  void forge_nak(uint32_t psn, uint8_t syndrome);
 
  private:
   void flush_locked();

@@ -9,6 +9,7 @@
 #include "emu/memaccess.hpp"
 #include "emu/objects.hpp"
 #include "emu/progress.hpp"
+#include "softverbs/log.hpp"
 #include "transport/psn.hpp"
 
 namespace softverbs::emu {
@@ -288,7 +289,8 @@ bool Qp::send_next_packet_locked() {
 
 void Qp::retransmit_from_locked(uint32_t psn) {
   // Go back N (IBTA 9.7.5.1.4): resend everything from the oldest packet the
-  // responder has not acknowledged.
+  // responder has not acknowledged, never from before it.
+  if (psn_lt(psn, unacked_psn_)) psn = unacked_psn_;
   for (uint32_t i = 0; i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.acked) continue;
@@ -296,6 +298,7 @@ void Qp::retransmit_from_locked(uint32_t psn) {
     const uint32_t end_psn = w.sent ? w.last_psn : psn_sub(req_psn_, 1);
     if (psn_gt(psn, end_psn)) continue;
     if (psn_lt(psn, w.first_psn)) psn = w.first_psn;
+    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) psn = w.first_psn;
     uint64_t offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu_bytes();
     if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
       offset = 0;
@@ -331,6 +334,8 @@ void Qp::on_timer() {
     return;
   }
   device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
+  SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u", qpn(),
+         unacked_psn_, req_psn_, sq_.size(), retry_left_);
   if (retry_left_ == 0) {
     // Transport retries exhausted (IBTA 9.7.6.1.3): the oldest outstanding work
     // request fails and the QP goes to the error state.

@@ -6,6 +6,7 @@
 #include "emu/caps.hpp"
 #include "emu/memaccess.hpp"
 #include "emu/objects.hpp"
+#include "softverbs/log.hpp"
 #include "transport/psn.hpp"
 
 namespace softverbs::emu {
@@ -162,6 +163,8 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
     if (d > 0) {
       // Out of sequence (IBTA 9.7.5.1.2, class B): one NAK, then silence until the
       // expected PSN arrives.
+      SV_LOG(kDebug, "qp 0x%06x: request psn %u out of sequence, expected %u%s", qpn(), psn, epsn_,
+             nak_sent_ ? "" : ", NAK");
       if (!nak_sent_) {
         nak_sent_ = true;
         device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
@@ -173,6 +176,7 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
       // A duplicate (IBTA 9.7.5.1.1): acknowledge sends and writes again without
       // executing them, re-execute reads, answer atomics from the saved result.
       device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
+      SV_LOG(kDebug, "qp 0x%06x: duplicate request psn %u, expected %u", qpn(), psn, epsn_);
       if (op.op_class == OpClass::send || op.op_class == OpClass::rdma_write) {
         send_ack_locked(Aeth::ack(msn_), psn_sub(epsn_, 1));
       } else if (op.op_class == OpClass::rdma_read_request) {
@@ -371,6 +375,14 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
     // Acknowledge when asked (coalescing the rest, IBTA 9.7.5.1.3).
     if (pkt.bth.ack_req) send_ack_locked(Aeth::ack(msn_), psn);
   }
+}
+
+void Qp::forge_nak(uint32_t psn, uint8_t syndrome) {
+  std::lock_guard lock(mu_);
+  if (type_ != IBV_QPT_RC) return;
+  const ibv_qp_state s = attr_.qp_state;
+  if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
+  send_ack_locked(Aeth{syndrome, msn_}, psn);
 }
 
 void Qp::receive(const PacketView& pkt, in_addr src) {

@@ -1,0 +1,65 @@
+/* softverbs control API: fault injection and transport counters.
+ *
+ * Exported by softverbs' libibverbs.so.1 under the version node SOFTVERBS_0.1,
+ * next to rdma-core's own symbols. A test links against the library (or looks the
+ * functions up with dlsym) and drives the fault layer of the emulated devices of
+ * its own process. The scenario format is described in docs/faults.md; the same
+ * text can be given in SOFTVERBS_FAULTS (a file) for unmodified programs. */
+#ifndef SOFTVERBS_FAULTS_H
+#define SOFTVERBS_FAULTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Adds the rules of a scenario given as TOML text. Returns 0, or -1 with errno
+ * EINVAL and a message in err (if err is not NULL) when the text is malformed;
+ * then no rule is added. */
+int softverbs_faults_load(const char* toml_text, char* err, size_t err_len);
+/* The same, from a file. */
+int softverbs_faults_load_file(const char* path, char* err, size_t err_len);
+/* Removes every rule. */
+void softverbs_faults_clear(void);
+/* Sets the seed of the rules' random streams (and restarts them). */
+void softverbs_faults_seed(uint64_t seed);
+/* Logs every decision to this file ("" or NULL stops). Returns 0 or -1/errno. */
+int softverbs_faults_log(const char* path);
+/* How many times the named rule fired. */
+uint64_t softverbs_fault_hits(const char* rule_name);
+
+/* What an emulated device's transport did. Fields are only ever added at the end;
+ * pass sizeof(struct softverbs_counters). */
+struct softverbs_counters {
+  uint64_t tx_packets;
+  uint64_t rx_packets;
+  uint64_t rx_icrc_errors;   /* dropped: ICRC mismatch (corrupted) */
+  uint64_t rx_malformed;     /* dropped: not a valid RoCEv2 packet */
+  uint64_t rx_unknown_qp;    /* dropped: no such QP */
+  uint64_t rx_dropped;       /* dropped: wrong transport for the QP */
+  uint64_t retransmits;      /* go-back-N restarts by requesters */
+  uint64_t timeouts;         /* local ACK timeouts */
+  uint64_t naks_sent;
+  uint64_t naks_received;
+  uint64_t rnr_naks_sent;
+  uint64_t rnr_naks_received;
+  uint64_t duplicates;       /* duplicate requests and responses seen */
+  uint64_t faults_dropped;
+  uint64_t faults_duplicated;
+  uint64_t faults_corrupted;
+  uint64_t faults_delayed;
+  uint64_t faults_reordered;
+  uint64_t faults_naks_forged;
+};
+
+/* Fills *out (at most size bytes) for the emulated device of that name.
+ * Returns 0, or -1 with errno ENODEV. */
+int softverbs_device_counters(const char* device_name, struct softverbs_counters* out, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
