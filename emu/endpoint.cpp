@@ -1,6 +1,7 @@
 // The device's RoCEv2 endpoint: sending packets, receiving them and handing each
 // to its QP (the receive demultiplexer).
 #include <arpa/inet.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -47,6 +48,20 @@ in_addr Device::addr_of_lid(uint16_t lid) const {
   in_addr a;
   a.s_addr = htonl((ntohl(addr_.s_addr) & 0xffff0000u) | lid);
   return a;
+}
+
+std::string Device::rx_state() {
+  int pending = 0;
+  ::ioctl(udp_fd_, FIONREAD, &pending);
+  size_t local = 0;
+  {
+    std::lock_guard lock(local_mu_);
+    local = local_.size();
+  }
+  bool busy = !rx_mu_.try_lock();
+  if (!busy) rx_mu_.unlock();
+  return "socket " + std::to_string(pending) + " bytes, local " + std::to_string(local) + ", receive " +
+         (busy ? "busy" : "idle");
 }
 
 void Device::start_progress() {

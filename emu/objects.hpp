@@ -107,6 +107,8 @@ class Device {
   void progress(bool block);
   // Makes the progress thread watch the endpoint (idempotent).
   void start_progress();
+  // For diagnostics: bytes waiting on the socket, local queue length, receive lock.
+  std::string rx_state();
   // The address a LID maps to: the device's own /16 with the LID as low bits.
   in_addr addr_of_lid(uint16_t lid) const;
 

@@ -303,6 +303,9 @@ void Qp::retransmit_from_locked(uint32_t psn) {
     if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
       offset = 0;
     if (offset == 0) psn = w.first_psn;
+    SV_LOG(kDebug, "qp 0x%06x: go back to psn %u: WQE %u (wr_id %lu, psns %u..%u%s), offset %lu", qpn(), psn, i,
+           static_cast<unsigned long>(w.wr_id), w.first_psn, end_psn, w.sent ? "" : " partly sent",
+           static_cast<unsigned long>(offset));
     tx_index_ = i;
     tx_offset_ = offset;
     req_psn_ = psn;
@@ -334,8 +337,8 @@ void Qp::on_timer() {
     return;
   }
   device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
-  SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u", qpn(),
-         unacked_psn_, req_psn_, sq_.size(), retry_left_);
+  SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u (%s)", qpn(),
+         unacked_psn_, req_psn_, sq_.size(), retry_left_, device().rx_state().c_str());
   if (retry_left_ == 0) {
     // Transport retries exhausted (IBTA 9.7.6.1.3): the oldest outstanding work
     // request fails and the QP goes to the error state.
