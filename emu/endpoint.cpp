@@ -50,6 +50,11 @@ in_addr Device::addr_of_lid(uint16_t lid) const {
   return a;
 }
 
+void Device::inject(in_addr src, std::span<const uint8_t> packet) {
+  std::lock_guard lock(rx_mu_);
+  handle_packet(src, kRoceV2Port, packet);
+}
+
 std::string Device::rx_state() {
   int pending = 0;
   ::ioctl(udp_fd_, FIONREAD, &pending);

@@ -109,6 +109,9 @@ class Device {
   void start_progress();
   // For diagnostics: bytes waiting on the socket, local queue length, receive lock.
   std::string rx_state();
+  // Hands a packet (BTH..ICRC) to the receive path as if it had arrived from src
+  // on port 4791. Used by fuzzing and tests of hostile input.
+  void inject(in_addr src, std::span<const uint8_t> packet);
   // The address a LID maps to: the device's own /16 with the LID as low bits.
   in_addr addr_of_lid(uint16_t lid) const;
 
