@@ -4,6 +4,7 @@
 
 #include "abi/export.hpp"
 #include "emu/provider.hpp"
+#include "hw/provider.hpp"
 
 namespace softverbs {
 
@@ -13,8 +14,8 @@ const std::vector<Provider*>& providers() {
     const char* env = std::getenv("SOFTVERBS_BACKEND");
     std::string backend = env && *env ? env : "emu";
     if (backend == "emu" || backend == "both") out.push_back(&emu::EmuProvider::instance());
-    if (backend == "hw" || backend == "both")
-      SV_LOG(kError, "SOFTVERBS_BACKEND=%s: the hw backend is not available in this build", backend.c_str());
+    // The real library is loaded by the first hw get_devices(), not here.
+    if (backend == "hw" || backend == "both") out.push_back(&hw::HwProvider::instance());
     if (backend != "emu" && backend != "hw" && backend != "both")
       SV_LOG(kError, "SOFTVERBS_BACKEND=%s: expected emu, hw or both; no devices", backend.c_str());
     return out;
