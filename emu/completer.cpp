@@ -81,7 +81,7 @@ void Qp::check_drained_locked() {
   // The drain (RTS->SQD) ends when no message is under way and everything sent
   // is acknowledged; the application asked to be told with en_sqd_async_notify.
   if (attr_.qp_state != IBV_QPS_SQD || !attr_.sq_draining) return;
-  if (tx_offset_ != 0 || unacked_psn_ != req_psn_) return;
+  if (tx_offset_ != 0 || unacked_psn_ != sent_end_psn_) return;
   for (uint32_t i = 0; i < tx_index_ && i < sq_.size(); ++i)
     if (!sq_.at(i).acked) return;
   attr_.sq_draining = 0;
@@ -122,10 +122,13 @@ void Qp::completer_locked(const PacketView& pkt) {
   const uint32_t psn = pkt.bth.psn;
   // Responses for PSNs never sent, or for requests already acknowledged, are
   // ghosts or duplicates (a late or repeated ACK or NAK): ignore them (IBTA 9.9.2.1).
-  if (psn_ge(psn, req_psn_) || psn_lt(psn, unacked_psn_)) {
+  // Ghosts are judged against the highest PSN ever sent: after a go-back the next
+  // PSN to send is lower, but the responder may legitimately acknowledge up to the
+  // highest one it has seen.
+  if (psn_ge(psn, sent_end_psn_) || psn_lt(psn, unacked_psn_)) {
     device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
     SV_LOG(kDebug, "qp 0x%06x: ignored %.*s psn %u (unacked %u, next %u)", qpn(),
-           static_cast<int>(pkt.op->name.size()), pkt.op->name.data(), psn, unacked_psn_, req_psn_);
+           static_cast<int>(pkt.op->name.size()), pkt.op->name.data(), psn, unacked_psn_, sent_end_psn_);
     return;
   }
   bool progressed = false;
@@ -185,6 +188,9 @@ void Qp::completer_locked(const PacketView& pkt) {
         device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
         ack_through(psn);
         if (a.nak_code() == NakCode::psn_sequence_error) {
+          // Already resending from there (after an RNR NAK, a timeout or an
+          // earlier NAK for the same gap): this NAK brings no news.
+          if (rnr_waiting_ || psn_le(req_psn_, psn)) break;
           if (retry_left_ == 0) {
             for (uint32_t i = 0; i < sq_.size(); ++i) {
               SendWqe& w = sq_.at(i);
@@ -291,6 +297,8 @@ void Qp::completer_locked(const PacketView& pkt) {
     retry_left_ = attr_.retry_cnt;
     rnr_retry_left_ = attr_.rnr_retry;
   }
+  // An acknowledgement past the retry's resend point: resume sending after it.
+  if (psn_gt(unacked_psn_, req_psn_)) retransmit_from_locked(unacked_psn_);
   retire_acked_locked();
   arm_timer_locked();
 }

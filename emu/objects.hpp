@@ -437,6 +437,7 @@ class Qp {
   uint32_t tx_index_ = 0;
   uint64_t tx_offset_ = 0;
   uint32_t unacked_psn_ = 0;  // oldest PSN not acknowledged
+  uint32_t sent_end_psn_ = 0;  // one past the highest PSN ever sent (req_psn_ goes back on a retry)
   uint32_t gap_rewind_psn_ = 0xffffffff;  // the read-response gap already asked again for
   uint32_t retry_left_ = 0;
   uint32_t rnr_retry_left_ = 0;

@@ -153,7 +153,7 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
       comm_established_ = false;
       device().start_progress();
     } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
-      req_psn_ = unacked_psn_ = attr_.sq_psn;
+      req_psn_ = unacked_psn_ = sent_end_psn_ = attr_.sq_psn;
       tx_index_ = 0;
       tx_offset_ = 0;
       retry_left_ = attr_.retry_cnt;

@@ -116,7 +116,7 @@ bool Qp::resolve_dest_locked() {
 
 void Qp::arm_timer_locked() {
   if (!timer_) return;
-  if (unacked_psn_ == req_psn_ && !rnr_waiting_) return;
+  if (unacked_psn_ == sent_end_psn_ && !rnr_waiting_) return;
   auto now = std::chrono::steady_clock::now();
   if (rnr_waiting_) {
     timer_->arm_at(rnr_until_);
@@ -139,6 +139,7 @@ void Qp::requester_locked() {
     while (tx_offset_ > 0 && send_next_packet_locked()) {
     }
   }
+  if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
 }
 
 void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
@@ -289,7 +290,8 @@ bool Qp::send_next_packet_locked() {
 
 void Qp::retransmit_from_locked(uint32_t psn) {
   // Go back N (IBTA 9.7.5.1.4): resend everything from the oldest packet the
-  // responder has not acknowledged, never from before it.
+  // responder has not acknowledged, never from before it. Also used to move
+  // forward, when an acknowledgement covers packets a retry was about to resend.
   if (psn_lt(psn, unacked_psn_)) psn = unacked_psn_;
   for (uint32_t i = 0; i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
@@ -303,20 +305,33 @@ void Qp::retransmit_from_locked(uint32_t psn) {
     if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
       offset = 0;
     if (offset == 0) psn = w.first_psn;
-    SV_LOG(kDebug, "qp 0x%06x: go back to psn %u: WQE %u (wr_id %lu, psns %u..%u%s), offset %lu", qpn(), psn, i,
+    SV_LOG(kDebug, "qp 0x%06x: resume at psn %u: WQE %u (wr_id %lu, psns %u..%u%s), offset %lu", qpn(), psn, i,
            static_cast<unsigned long>(w.wr_id), w.first_psn, end_psn, w.sent ? "" : " partly sent",
            static_cast<unsigned long>(offset));
+    const bool back = psn_lt(psn, req_psn_);
     tx_index_ = i;
     tx_offset_ = offset;
     req_psn_ = psn;
     w.sent = false;
     for (uint32_t j = i + 1; j < sq_.size(); ++j) sq_.at(j).sent = false;
-    device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
+    if (back) device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
     return;
+  }
+  // Every request is acknowledged up to psn: sending resumes after them.
+  if (psn_gt(psn, req_psn_)) {
+    req_psn_ = psn;
+    tx_index_ = sq_.size();
+    tx_offset_ = 0;
   }
 }
 
 void Qp::on_timer() {
+  // Responses may be waiting in this device's own receive queue, behind a backlog
+  // the application has not drained: process them first, so that a response that
+  // has arrived is never counted as a missing one (on a NIC, arrival and
+  // processing are one). Without this, a slow receiver turns its own backlog into
+  // retransmissions, which deepen the backlog.
+  device().progress(true);
   std::lock_guard lock(mu_);
   if (attr_.qp_state != IBV_QPS_RTS && attr_.qp_state != IBV_QPS_SQD) return;
   auto now = std::chrono::steady_clock::now();
@@ -331,7 +346,7 @@ void Qp::on_timer() {
     arm_timer_locked();
     return;
   }
-  if (unacked_psn_ == req_psn_) return;  // everything acknowledged meanwhile
+  if (unacked_psn_ == sent_end_psn_) return;  // everything acknowledged meanwhile
   if (now < deadline_) {
     timer_->arm_at(deadline_);
     return;
