@@ -137,10 +137,8 @@ void Qp::completer_locked(const PacketView& pkt) {
   auto ack_through = [&](uint32_t upto_exclusive) {
     for (uint32_t i = 0; i < sq_.size(); ++i) {
       SendWqe& w = sq_.at(i);
-      if (!w.sent || w.acked) {
-        if (!w.sent) break;
-        continue;
-      }
+      if (w.acked) continue;
+      if (!w.started) break;
       if (psn_ge(w.last_psn, upto_exclusive)) break;
       if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
           w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
@@ -240,7 +238,7 @@ void Qp::completer_locked(const PacketView& pkt) {
           break;
         }
         // A response implicitly acknowledges the sends and writes before it.
-        if (w.sent && psn_lt(w.last_psn, psn)) {
+        if (w.started && psn_lt(w.last_psn, psn)) {
           w.acked = true;
           continue;
         }
@@ -283,7 +281,7 @@ void Qp::completer_locked(const PacketView& pkt) {
         }
         scatter(spans, pkt.payload);
         read->resp_bytes = offset + len;
-        if (read->sent && psn == read->last_psn) read->acked = true;
+        if (psn == read->last_psn) read->acked = true;
       }
       unacked_psn_ = psn_add(psn, 1);
       progressed = true;

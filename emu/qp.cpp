@@ -269,6 +269,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     // The slot is reused: its transmission state starts afresh.
     wqe.first_psn = wqe.last_psn = 0;
     wqe.resp_bytes = 0;
+    wqe.started = false;
     wqe.sent = false;
     wqe.acked = false;
     switch (wr->opcode) {

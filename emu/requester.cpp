@@ -165,7 +165,7 @@ bool Qp::send_next_packet_locked() {
 
   SendWqe& w = sq_.at(tx_index_);
   const uint32_t mtu = mtu_bytes();
-  const bool starting = tx_offset_ == 0 && (!w.sent || w.first_psn == req_psn_);
+  const bool starting = tx_offset_ == 0;
   if (starting) {
     if (!uc) {
       uint32_t reads = 0;
@@ -186,7 +186,14 @@ bool Qp::send_next_packet_locked() {
       complete_send_error_locked(w, IBV_WC_LOC_LEN_ERR);
       return false;
     }
-    w.first_psn = req_psn_;
+    if (!w.started) {
+      // The PSNs of a request are fixed at its first transmission; a retry resends
+      // the same ones.
+      w.first_psn = req_psn_;
+      const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      w.last_psn = psn_add(w.first_psn, atomic ? 0 : packets_for(w.total_length, mtu) - 1);
+      w.started = true;
+    }
   }
 
   std::shared_lock mr_lock(device().mr_lock());
@@ -197,7 +204,6 @@ bool Qp::send_next_packet_locked() {
     case IBV_WR_RDMA_READ:
       send_read_request_locked(w, req_psn_, tx_offset_);
       if (tx_offset_ >= w.total_length) {
-        w.last_psn = psn_sub(psn_add(w.first_psn, packets_for(w.total_length, mtu)), 1);
         w.sent = true;
         ++tx_index_;
         tx_offset_ = 0;
@@ -213,7 +219,6 @@ bool Qp::send_next_packet_locked() {
       h.atomic_eth.swap_add = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
       h.atomic_eth.compare = w.compare_add;
       transmit_locked(h, {});
-      w.last_psn = req_psn_;
       req_psn_ = psn_add(req_psn_, 1);
       w.sent = true;
       ++tx_index_;
@@ -273,7 +278,6 @@ bool Qp::send_next_packet_locked() {
   req_psn_ = psn_add(req_psn_, 1);
   tx_offset_ += len;
   if (last) {
-    w.last_psn = h.bth.psn;
     w.sent = true;
     ++tx_index_;
     tx_offset_ = 0;
@@ -296,17 +300,18 @@ void Qp::retransmit_from_locked(uint32_t psn) {
   for (uint32_t i = 0; i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.acked) continue;
-    if (i > tx_index_ || (i == tx_index_ && tx_offset_ == 0 && !w.sent)) return;  // never started
-    const uint32_t end_psn = w.sent ? w.last_psn : psn_sub(req_psn_, 1);
-    if (psn_gt(psn, end_psn)) continue;
-    if (psn_lt(psn, w.first_psn)) psn = w.first_psn;
-    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) psn = w.first_psn;
-    uint64_t offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu_bytes();
-    if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
-      offset = 0;
-    if (offset == 0) psn = w.first_psn;
+    uint64_t offset = 0;
+    if (w.started) {
+      if (psn_gt(psn, w.last_psn)) continue;  // a read or atomic waiting for its response
+      if (psn_lt(psn, w.first_psn)) psn = w.first_psn;
+      offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu_bytes();
+      if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+          offset >= w.total_length)
+        offset = 0;
+      if (offset == 0) psn = w.first_psn;
+    }
     SV_LOG(kDebug, "qp 0x%06x: resume at psn %u: WQE %u (wr_id %lu, psns %u..%u%s), offset %lu", qpn(), psn, i,
-           static_cast<unsigned long>(w.wr_id), w.first_psn, end_psn, w.sent ? "" : " partly sent",
+           static_cast<unsigned long>(w.wr_id), w.first_psn, w.last_psn, w.started ? "" : " not started",
            static_cast<unsigned long>(offset));
     const bool back = psn_lt(psn, req_psn_);
     tx_index_ = i;

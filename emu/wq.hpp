@@ -40,9 +40,10 @@ struct SendWqe {
 
   // Transmission state, owned by the requester and completer.
   uint32_t first_psn = 0;     // PSN of the first request packet
-  uint32_t last_psn = 0;      // PSN of the last packet (for reads: of the last response)
+  uint32_t last_psn = 0;      // PSN of the last packet (reads: of the last response), set at start
   uint64_t resp_bytes = 0;    // read: response bytes placed so far
-  bool sent = false;          // every request packet sent at least once
+  bool started = false;       // first_psn/last_psn assigned: some packet has been sent
+  bool sent = false;          // every request packet sent in the current pass
   bool acked = false;         // acknowledged (or, UC, sent): may complete
 };
 
