@@ -442,6 +442,7 @@ class Qp {
   uint32_t retry_left_ = 0;
   uint32_t rnr_retry_left_ = 0;
   bool rnr_waiting_ = false;
+  bool heard_from_peer_ = false;  // a packet from the peer QP arrived since the last timeout
   std::chrono::steady_clock::time_point deadline_{};
   std::chrono::steady_clock::time_point rnr_until_{};
   std::shared_ptr<EngineTimer> timer_;

@@ -359,6 +359,19 @@ void Qp::on_timer() {
   device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
   SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u (%s)", qpn(),
          unacked_psn_, req_psn_, sq_.size(), retry_left_, device().rx_state().c_str());
+  // A timeout counts against retry_cnt only when the peer has been silent: a peer
+  // that sends packets (its own requests, duplicate ACKs) is reachable and only
+  // slow, as an emulated device on a loaded host can be for a while. A NIC, which
+  // answers in microseconds, cannot tell the two apart; this is a deliberate
+  // deviation (docs/compatibility.md).
+  const bool peer_alive = heard_from_peer_;
+  heard_from_peer_ = false;
+  if (peer_alive) {
+    retransmit_from_locked(unacked_psn_);
+    requester_locked();
+    arm_timer_locked();
+    return;
+  }
   if (retry_left_ == 0) {
     // Transport retries exhausted (IBTA 9.7.6.1.3): the oldest outstanding work
     // request fails and the QP goes to the error state.

@@ -389,6 +389,7 @@ void Qp::receive(const PacketView& pkt, in_addr src) {
   std::lock_guard lock(mu_);
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
+  heard_from_peer_ = true;
   if (pkt.op->is_request) {
     responder_locked(pkt, src);
   } else if (s != IBV_QPS_RTR) {
