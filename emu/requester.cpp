@@ -115,6 +115,9 @@ bool Qp::resolve_dest_locked() {
 }
 
 void Qp::arm_timer_locked() {
+  // Called right after a packet went out: the high-water mark must include it, or a
+  // packet sent just after everything before it was acknowledged gets no timer.
+  if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
   if (!timer_) return;
   if (unacked_psn_ == sent_end_psn_ && !rnr_waiting_) return;
   auto now = std::chrono::steady_clock::now();
