@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  g++ cmake ninja-build pkg-config binutils
+  g++ cmake ninja-build pkg-config binutils clang libclang-rt-14-dev
   # rdma-core headers (the ABI we implement; the real libraries are not linked)
   libibverbs-dev librdmacm-dev
   # libraries
