@@ -139,6 +139,7 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
       tx_index_ = 0;
       tx_offset_ = 0;
       rnr_waiting_ = false;
+      deadline_ = {};
       ibv_qp_attr fresh{};
       fresh.cap = cap_;
       attr_ = fresh;

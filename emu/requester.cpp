@@ -355,6 +355,7 @@ void Qp::on_timer() {
     return;
   }
   if (unacked_psn_ == sent_end_psn_) return;  // everything acknowledged meanwhile
+  if (attr_.timeout == 0) return;  // no local ACK timeout (a late timer of an earlier connection)
   if (now < deadline_) {
     timer_->arm_at(deadline_);
     return;

@@ -203,14 +203,18 @@ class Capture {
     path_ = path;
   }
 
+  void remove() {
+    ::unlink(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+
   // Calls f(src, dst, packet) for every complete record written since the last call.
   template <class F>
   void read_new(F&& f) {
     if (fd_ < 0) {
       fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd_ < 0) return;
-      ::unlink(path_.c_str());
-      ::rmdir(dir_.c_str());
+      remove();
     }
     std::uint8_t chunk[65536];
     for (;;) {
@@ -368,6 +372,8 @@ void Harness::init() {
   const std::string pcap = dir + "/tx.pcap";
   ::setenv("SOFTVERBS_PCAP", pcap.c_str(), 1);
   capture_.expect(dir, pcap);
+  // Removed once opened; also at exit, in case no packet was ever sent.
+  std::atexit([] { Harness::instance().capture_.remove(); });
   trace_ = std::getenv("SOFTVERBS_FUZZ_TRACE") != nullptr;
   build_sides();
   create_qps();
