@@ -14,22 +14,6 @@ namespace {
 
 using namespace transport;
 
-ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    default:
-      return IBV_WC_SEND;
-  }
-}
-
 ibv_wc_status status_of_nak(NakCode code) {
   switch (code) {
     case NakCode::invalid_request:
@@ -47,6 +31,16 @@ ibv_wc_status status_of_nak(NakCode code) {
 
 }  // namespace
 
+void Qp::push_completion_locked(Cq* cq, const ibv_wc& wc, bool solicited) {
+  // A completion the CQ cannot take is reported as a CQ error (IBTA 11.6.2).
+  if (!cq->push(wc, solicited)) {
+    ibv_async_event ev{};
+    ev.element.cq = cq->ibv();
+    ev.event_type = IBV_EVENT_CQ_ERR;
+    context().post_async_event(ev);
+  }
+}
+
 void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   const bool signaled = sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED);
   if (status == IBV_WC_SUCCESS && !signaled) return;
@@ -60,12 +54,7 @@ void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   if (w.opcode == IBV_WR_RDMA_READ) wc.byte_len = static_cast<uint32_t>(w.total_length);
   if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) wc.byte_len = 8;
   if (status != IBV_WC_SUCCESS) wc.vendor_err = 0;
-  if (!send_cq_->push(wc, false)) {
-    ibv_async_event ev{};
-    ev.element.cq = send_cq_->ibv();
-    ev.event_type = IBV_EVENT_CQ_ERR;
-    context().post_async_event(ev);
-  }
+  push_completion_locked(send_cq_, wc, false);
 }
 
 void Qp::retire_acked_locked() {

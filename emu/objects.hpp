@@ -402,6 +402,7 @@ class Qp {
   void check_drained_locked();
   void complete_send_error_locked(SendWqe& w, ibv_wc_status status);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
+  void push_completion_locked(Cq* cq, const ibv_wc& wc, bool solicited);
   // responder
   void responder_locked(const transport::PacketView& pkt, in_addr src);
   void send_ack_locked(transport::Aeth aeth, uint32_t psn);

@@ -344,12 +344,7 @@ void Qp::flush_locked() {
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.opcode = opcode;
     wc.qp_num = qpn();
-    if (!cq->push(wc, false)) {
-      ibv_async_event ev{};
-      ev.element.cq = cq->ibv();
-      ev.event_type = IBV_EVENT_CQ_ERR;
-      context().post_async_event(ev);
-    }
+    push_completion_locked(cq, wc, false);
   };
   if (attr_.qp_state == IBV_QPS_ERR) {
     if (rcv_.active && !srq_) {
@@ -364,25 +359,7 @@ void Qp::flush_locked() {
   }
   while (!sq_.empty()) {
     const SendWqe& w = sq_.front();
-    ibv_wc_opcode op = IBV_WC_SEND;
-    switch (w.opcode) {
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-        op = IBV_WC_RDMA_WRITE;
-        break;
-      case IBV_WR_RDMA_READ:
-        op = IBV_WC_RDMA_READ;
-        break;
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-        op = IBV_WC_COMP_SWAP;
-        break;
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        op = IBV_WC_FETCH_ADD;
-        break;
-      default:
-        break;
-    }
-    push(send_cq_, w.wr_id, op);
+    push(send_cq_, w.wr_id, wc_opcode_of(w.opcode));
     sq_.pop();
   }
 }

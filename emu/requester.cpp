@@ -34,10 +34,6 @@ bool is_read_or_atomic(ibv_wr_opcode op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
-
 struct OpcodeSet {
   uint8_t first, middle, last, only, last_imm, only_imm, last_inv, only_inv;
 };

@@ -18,10 +18,6 @@ using namespace transport;
 // responder resources the QP advertises (max_dest_rd_atomic).
 constexpr size_t kMinResources = 16;
 
-uint32_t packets_for(uint64_t len, uint32_t mtu) {
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
-
 }  // namespace
 
 void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
@@ -83,12 +79,7 @@ void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32
   wc.sl = attr_.ah_attr.sl;
   rcv_.active = false;
   rcv_.offset = 0;
-  if (!recv_cq_->push(wc, solicited)) {
-    ibv_async_event ev{};
-    ev.element.cq = recv_cq_->ibv();
-    ev.event_type = IBV_EVENT_CQ_ERR;
-    context().post_async_event(ev);
-  }
+  push_completion_locked(recv_cq_, wc, solicited);
 }
 
 void Qp::responder_error_locked(NakCode code, ibv_wc_status recv_status, uint32_t psn) {

@@ -47,6 +47,28 @@ struct SendWqe {
   bool acked = false;         // acknowledged (or, UC, sent): may complete
 };
 
+// Packets a message of len bytes takes at this path MTU (a zero-length one takes one).
+inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// The completion opcode of a send work request.
+inline ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
 // A ring of WQE headers plus, per slot, room for max_sge scatter/gather entries
 // and (send queues) max_inline bytes of inline payload.
 template <class Wqe>
