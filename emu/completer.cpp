@@ -121,6 +121,7 @@ void Qp::completer_locked(const PacketView& pkt) {
     return;
   }
   bool progressed = false;
+  bool rewind = false;
 
   // Everything before `upto` is acknowledged: send and write requests retire.
   auto ack_through = [&](uint32_t upto_exclusive) {
@@ -128,13 +129,24 @@ void Qp::completer_locked(const PacketView& pkt) {
       SendWqe& w = sq_.at(i);
       if (w.acked) continue;
       if (!w.started) break;
-      if (psn_ge(w.last_psn, upto_exclusive)) break;
       if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
           w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        // A later acknowledgement cannot complete a read or atomic whose
-        // response was lost: it is requested again (IBTA 9.7.5.1.6).
+        // An acknowledgement cannot complete a read or atomic: only its responses
+        // can. One that covers PSNs past the first missing response means those
+        // responses were lost (the responder has moved on): acknowledgement
+        // stops there, and the rest of the read is requested again (IBTA
+        // 9.7.5.1.6, as rxe and ConnectX retry it).
+        const uint32_t missing = psn_gt(unacked_psn_, w.first_psn) ? unacked_psn_ : w.first_psn;
+        if (psn_gt(upto_exclusive, missing)) {
+          upto_exclusive = missing;
+          if (gap_rewind_psn_ != missing) {
+            gap_rewind_psn_ = missing;
+            rewind = true;
+          }
+        }
         break;
       }
+      if (psn_ge(w.last_psn, upto_exclusive)) break;
       w.acked = true;
       progressed = true;
     }
@@ -284,6 +296,7 @@ void Qp::completer_locked(const PacketView& pkt) {
     retry_left_ = attr_.retry_cnt;
     rnr_retry_left_ = attr_.rnr_retry;
   }
+  if (rewind) retransmit_from_locked(unacked_psn_);
   // An acknowledgement past the retry's resend point: resume sending after it.
   if (psn_gt(unacked_psn_, req_psn_)) retransmit_from_locked(unacked_psn_);
   retire_acked_locked();

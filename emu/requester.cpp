@@ -366,6 +366,7 @@ void Qp::on_timer() {
   // deviation (docs/compatibility.md).
   const bool peer_alive = heard_from_peer_;
   heard_from_peer_ = false;
+  gap_rewind_psn_ = 0xffffffff;  // a gap seen again after a timeout is asked for again
   if (peer_alive) {
     retransmit_from_locked(unacked_psn_);
     requester_locked();
