@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <iterator>
 #include <thread>
 
@@ -31,6 +32,43 @@ std::string device_param_name(const ::testing::TestParamInfo<std::string>& info)
     if (!ok) c = '_';
   }
   return out.empty() ? "unnamed" : out;
+}
+
+void observe(const std::string& key, const std::string& value) {
+  const int saved_errno = errno;
+  const std::string name = "observed." + key;
+  std::string merged = value;
+  if (const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    const ::testing::TestResult* result = info->result();
+    for (int i = 0; i < result->test_property_count(); ++i) {
+      const ::testing::TestProperty& p = result->GetTestProperty(i);
+      if (name != p.key()) continue;
+      // The values seen so far, ", "-separated; add this one if it is new.
+      const std::string old = p.value();
+      bool seen = false;
+      for (size_t start = 0; start <= old.size();) {
+        size_t end = old.find(", ", start);
+        if (end == std::string::npos) end = old.size();
+        if (old.compare(start, end - start, value) == 0) seen = true;
+        start = end + 2;
+      }
+      merged = seen ? old : old + ", " + value;
+    }
+  }
+  ::testing::Test::RecordProperty(name, merged);
+  errno = saved_errno;
+}
+
+std::string errno_name(int e) {
+  if (e == 0) return "0";
+  if (e < 0 && e != INT_MIN) return "-" + errno_name(-e);
+  const char* name = strerrorname_np(e);
+  return name ? name : std::to_string(e);
+}
+
+std::string outcome(const void* object) {
+  const int e = errno;
+  return object ? "ok" : errno_name(e);
 }
 
 bool wait_readable(int fd, int timeout_ms) {

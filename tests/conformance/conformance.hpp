@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,30 @@ int set_nonblocking(int fd, bool on);
 // True for ::ffff:a.b.c.d.
 bool gid_is_ipv4_mapped(const ibv_gid& gid);
 bool gid_is_zero(const ibv_gid& gid);
+
+// ---- observations -------------------------------------------------------
+// Where the suite accepts more than one behaviour (an errno that differs by
+// provider, an optional feature, a size a device may round up), the test also
+// records what it saw. Each observation is the test property
+// "observed.<key>" in GoogleTest's results (--gtest_output=json:FILE), which
+// scripts/divergence.py reports and compares between backends
+// (docs/hardware.md, "Divergence report"). Observing never fails a test and
+// leaves errno as it was. A key observed again in the same test with another
+// value keeps every distinct value, in order, separated by ", ".
+void observe(const std::string& key, const std::string& value);
+inline void observe(const std::string& key, const char* value) { observe(key, std::string(value ? value : "")); }
+template <class T>
+requires std::is_integral_v<T>
+void observe(const std::string& key, T value) { observe(key, std::to_string(value)); }
+
+// The symbolic name of an errno value: "EINVAL", "ENOMEM", ...; "0" for 0, the
+// number for an unknown value, and "-EINVAL" for a negated one (verbs that
+// return -errno).
+std::string errno_name(int e);
+
+// "ok" for a verbs object that was created, otherwise the name of the current
+// errno (read before anything else can change it).
+std::string outcome(const void* object);
 
 const char* qp_state_name(ibv_qp_state s);
 const char* qp_type_name(ibv_qp_type t);

@@ -123,6 +123,7 @@ TEST_P(CqTest, ActualSizeIsAtLeastRequested) {
     SCOPED_TRACE("cqe " + std::to_string(cqe));
     Cq cq(ibv_create_cq(ctx_, cqe, nullptr, nullptr, 0));
     ASSERT_TRUE(cq) << std::strerror(errno);
+    observe("cqe", std::to_string(cqe) + "->" + std::to_string(cq->cqe));
     EXPECT_GE(cq->cqe, cqe);
   }
 }
@@ -306,6 +307,7 @@ TEST_P(CqTest, CreateCqExFlagsTheDeviceMayNotSupport) {
   attr.wc_flags = uint64_t{IBV_WC_STANDARD_FLAGS} | IBV_WC_EX_WITH_FLOW_TAG | IBV_WC_EX_WITH_TM_INFO;
   errno = 0;
   ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &attr);
+  observe("ibv_create_cq_ex.flow_tag_tm_info", outcome(cqx));
   if (cqx) {
     EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
   } else {

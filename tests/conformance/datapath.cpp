@@ -137,6 +137,7 @@ void check_wc(const ibv_wc& wc, const WcExpect& e) {
     EXPECT_EQ(wc.byte_len, *e.byte_len) << "byte_len";
   }
   const bool recv = (wc.opcode & IBV_WC_RECV) != 0;
+  if (recv) observe("recv.IBV_WC_GRH", (wc.wc_flags & IBV_WC_GRH) ? "set" : "clear");
   const unsigned flags = recv ? (wc.wc_flags & ~static_cast<unsigned>(IBV_WC_GRH)) : wc.wc_flags;
   if (e.wc_flags) {
     EXPECT_EQ(flags, *e.wc_flags) << "wc_flags";
@@ -326,6 +327,7 @@ bool is_qp_event(ibv_event_type t) {
 
 void DataPathTest::expect_qp_async_event(ibv_qp* qp, std::initializer_list<ibv_event_type> types) {
   std::optional<ibv_async_event> ev = next_async_event();
+  observe("async_event", ev ? ibv_event_type_str(ev->event_type) : "none");
   ASSERT_TRUE(ev.has_value()) << "no async event within " << kEventTimeoutMs << " ms; expected " << event_list(types)
                               << " for QP 0x" << std::hex << qp->qp_num;
   EXPECT_NE(std::find(types.begin(), types.end(), ev->event_type), types.end())
@@ -338,6 +340,7 @@ void DataPathTest::expect_qp_async_event(ibv_qp* qp, std::initializer_list<ibv_e
 
 void DataPathTest::allow_qp_async_event(ibv_qp* qp, std::initializer_list<ibv_event_type> types) {
   std::optional<ibv_async_event> ev = next_async_event(kQuietMs);
+  observe("async_event", ev ? ibv_event_type_str(ev->event_type) : "none");
   if (!ev) return;
   EXPECT_NE(std::find(types.begin(), types.end(), ev->event_type), types.end())
       << "async event " << ibv_event_type_str(ev->event_type) << ", expected none or " << event_list(types);

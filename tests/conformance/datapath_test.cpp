@@ -448,6 +448,7 @@ TEST_P(OpsTest, SendWithInvalidateOfAnOrdinaryRkeyRc) {
   wc = expect_wcs(p.b.rcq.get(), 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].wr_id, 1u);
+  observe("responder.status", ibv_wc_status_str(wc[0].status));
   EXPECT_NE(wc[0].status, IBV_WC_SUCCESS) << describe(wc[0]);
   EXPECT_EQ(query_state(p.a.qp.get()), IBV_QPS_ERR);
   EXPECT_EQ(query_state(p.b.qp.get()), IBV_QPS_ERR);

@@ -206,6 +206,10 @@ TEST_P(DeviceTest, QueryPortEveryPortIsActiveAndConsistent) {
     EXPECT_GT(a.gid_tbl_len, 0);
     EXPECT_GT(a.pkey_tbl_len, 0);
     EXPECT_GT(a.max_msg_sz, 0u);
+    observe("port" + std::to_string(port) + ".link_layer",
+            a.link_layer == IBV_LINK_LAYER_ETHERNET     ? std::string("Ethernet")
+            : a.link_layer == IBV_LINK_LAYER_INFINIBAND ? std::string("InfiniBand")
+                                                        : std::to_string(a.link_layer));
     EXPECT_TRUE(a.link_layer == IBV_LINK_LAYER_ETHERNET || a.link_layer == IBV_LINK_LAYER_INFINIBAND)
         << "link_layer " << int(a.link_layer);
     if (a.link_layer == IBV_LINK_LAYER_INFINIBAND) {
@@ -287,6 +291,10 @@ TEST_P(DeviceTest, QueryGidExFields) {
     SCOPED_TRACE("gid index " + std::to_string(i));
     ibv_gid_entry e{};
     if (ibv_query_gid_ex(ctx_, kPort, static_cast<uint32_t>(i), &e, 0) != 0) continue;
+    observe("gid_types", e.gid_type == IBV_GID_TYPE_IB        ? std::string("IB")
+                         : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? std::string("RoCE v1")
+                         : e.gid_type == IBV_GID_TYPE_ROCE_V2 ? std::string("RoCE v2")
+                                                              : std::to_string(e.gid_type));
     EXPECT_EQ(e.gid_index, static_cast<uint32_t>(i));
     EXPECT_EQ(e.port_num, kPort);
     if (is_ethernet()) {
@@ -306,6 +314,7 @@ TEST_P(DeviceTest, QueryGidExErrors) {
   // flags must be 0: the kernel answers EINVAL; rdma-core's sysfs fallback
   // (kernels without the GID ioctl) answers EOPNOTSUPP.
   int rc = ibv_query_gid_ex(ctx_, kPort, static_cast<uint32_t>(sgid_index_), &e, 1);
+  observe("ibv_query_gid_ex.flags_1", errno_name(rc));
   EXPECT_TRUE(rc == EINVAL || rc == EOPNOTSUPP) << "rc " << rc;
   // An empty slot: ENODATA.
   bool empty_checked = false;
@@ -358,6 +367,7 @@ TEST_P(DeviceTest, QueryGidTableErrors) {
   EXPECT_EQ(ibv_query_gid_table(ctx_, probe, 0, 0), -EINVAL);
   // flags != 0: EINVAL from the kernel, EOPNOTSUPP from the sysfs fallback.
   ssize_t rc = ibv_query_gid_table(ctx_, table.data(), table.size(), 1);
+  observe("ibv_query_gid_table.flags_1", errno_name(static_cast<int>(rc)));
   EXPECT_TRUE(rc == -EINVAL || rc == -EOPNOTSUPP) << "rc " << rc;
 }
 

@@ -98,6 +98,7 @@ TEST_P(ErrorTest, BadLkeyInSendSgeFlushesBothQueuesRc) {
   std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 5);
   ASSERT_EQ(wc.size(), 5u);
   EXPECT_EQ(wc[0].wr_id, 0u) << describe(wc[0]);
+  observe("first_send.status", ibv_wc_status_str(wc[0].status));
   EXPECT_TRUE(wc[0].status == IBV_WC_SUCCESS || wc[0].status == IBV_WC_WR_FLUSH_ERR) << describe(wc[0]);
   if (wc[0].status == IBV_WC_SUCCESS) check_wc(wc[0], WcExpect(0, IBV_WC_SEND, p.a.qpn()));
   check_wc(wc[1], WcExpect::error(1, IBV_WC_LOC_PROT_ERR, p.a.qpn()));
@@ -158,6 +159,7 @@ TEST_P(ErrorTest, BadLkeyInSendSgeUc) {
   check_wc(wc[0], WcExpect::error(1, IBV_WC_LOC_PROT_ERR, p.a.qpn()));
   check_wc(wc[1], WcExpect::error(2, IBV_WC_WR_FLUSH_ERR, p.a.qpn()));
   const ibv_qp_state s = query_state(p.a.qp.get());
+  observe("requester.qp_state", qp_state_name(s));
   EXPECT_TRUE(s == IBV_QPS_SQE || s == IBV_QPS_ERR) << "state " << qp_state_name(s);
   EXPECT_EQ(first_byte_not(dst_.data(), 128, kFill), -1) << "the failed or flushed write reached memory";
 }
@@ -295,6 +297,7 @@ TEST_P(ErrorTest, ReceiveBufferTooSmallUc) {
   ASSERT_EQ(wc.size(), 1u);
   check_wc(wc[0], WcExpect(1, IBV_WC_SEND, p.a.qpn()));
   wc = poll_completions(p.b.rcq.get(), 1, kQuietMs);
+  observe("responder.completion", wc.empty() ? "none" : ibv_wc_status_str(wc[0].status));
   for (const ibv_wc& r : wc) check_wc(r, WcExpect::error(10, IBV_WC_LOC_LEN_ERR, p.b.qpn()));
 }
 
@@ -513,6 +516,8 @@ TEST_P(ErrorTest, MisalignedAtomicRc) {
     ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w));
     std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 1);
     ASSERT_EQ(wc.size(), 1u);
+    observe(std::string(opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? "cmp_and_swp" : "fetch_and_add") + ".status",
+            ibv_wc_status_str(wc[0].status));
     check_wc(wc[0], WcExpect::error(1, IBV_WC_REM_INV_REQ_ERR, p.a.qpn()));
     EXPECT_EQ(query_state(p.a.qp.get()), IBV_QPS_ERR);
     EXPECT_EQ(query_state(p.b.qp.get()), IBV_QPS_ERR);

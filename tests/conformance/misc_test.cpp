@@ -173,6 +173,7 @@ TEST_P(OptionalFeatureTest, QueryEce) {
   ASSERT_TRUE(qp);
   ibv_ece ece{};
   int rc = ibv_query_ece(qp.get(), &ece);
+  observe("ibv_query_ece", errno_name(rc));
   EXPECT_TRUE(rc == 0 || rc == EOPNOTSUPP) << "rc " << rc;
   if (rc == 0) {
     EXPECT_NE(ece.vendor_id, 0u);
@@ -196,6 +197,7 @@ TEST_P(OptionalFeatureTest, MemoryWindowWorksOrIsNotSupported) {
     SCOPED_TRACE("type " + std::to_string(type));
     errno = 0;
     ibv_mw* mw = ibv_alloc_mw(pd_, type);
+    observe("ibv_alloc_mw.type" + std::to_string(type), outcome(mw));
     if (mw) {
       EXPECT_EQ(mw->pd, pd_);
       EXPECT_EQ(mw->context, ctx_);
@@ -218,6 +220,7 @@ TEST_P(OptionalFeatureTest, DeviceMemoryWorksOrIsNotSupported) {
   attr.comp_mask = 0;
   errno = 0;
   ibv_dm* dm = ibv_alloc_dm(ctx_, &attr);
+  observe("ibv_alloc_dm", outcome(dm));
   if (!dm) {
     EXPECT_EQ(errno, EOPNOTSUPP);
     return;
@@ -233,6 +236,7 @@ TEST_P(OptionalFeatureTest, XrcDomainWorksOrIsNotSupported) {
   attr.oflags = O_CREAT;
   errno = 0;
   ibv_xrcd* xrcd = ibv_open_xrcd(ctx_, &attr);
+  observe("ibv_open_xrcd", outcome(xrcd));
   if (!xrcd) {
     EXPECT_EQ(errno, EOPNOTSUPP);
     return;

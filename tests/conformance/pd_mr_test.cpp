@@ -194,6 +194,7 @@ TEST_P(MrTest, RegMrOnDemandFollowsOdpCaps) {
   Mapping buf(page_size());
   errno = 0;
   Mr mr(reg(pd_, buf.get(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND));
+  observe("ibv_reg_mr.on_demand", outcome(mr.get()));
   if (ex.odp_caps.general_caps & IBV_ODP_SUPPORT) {
     EXPECT_TRUE(mr) << std::strerror(errno);
   } else {

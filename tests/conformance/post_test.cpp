@@ -122,6 +122,7 @@ TEST_P(PostTest, RecvOnAQpThatUsesAnSrq) {
   // The QP has no receive queue: rxe answers EINVAL, ConnectX ENOMEM (a queue
   // of depth 0 is always full).
   const int rc = ibv_post_recv(qp.get(), &wr, &bad);
+  observe("ibv_post_recv", errno_name(rc));
   EXPECT_TRUE(rc == EINVAL || rc == ENOMEM) << "rc " << rc;
   EXPECT_EQ(bad, &wr);
 }
@@ -154,6 +155,7 @@ TEST_P(PostTest, SendBeforeRtsIsRefused) {
       }
       ibv_send_wr* bad = nullptr;
       const int rc = ibv_post_send(qp.get(), &wr, &bad);
+      observe(std::string("ibv_post_send.") + qp_type_name(type) + "." + qp_state_name(state), errno_name(rc));
       EXPECT_TRUE(is_post_send_refusal(rc)) << "rc " << rc;
       EXPECT_EQ(bad, &wr);
       ibv_wc wc;
@@ -220,6 +222,7 @@ TEST_P(PostTest, InlineLargerThanMaxInlineData) {
     ASSERT_NE(raw, nullptr) << std::strerror(errno);
     Qp qp(raw);
     const uint32_t max_inline = init.cap.max_inline_data;
+    observe(std::string("max_inline_data.") + qp_type_name(type), "64->" + std::to_string(max_inline));
     ASSERT_GE(max_inline, 64u);
     ASSERT_LT(max_inline, sizeof buf_);
     ASSERT_EQ(move_to(qp.get(), IBV_QPS_RTS), 0);
@@ -248,6 +251,7 @@ TEST_P(PostTest, InlineLargerThanMaxInlineData) {
     ibv_send_wr* bad = nullptr;
     // rxe: EINVAL; ConnectX: ENOMEM (the inline segment does not fit).
     const int rc = ibv_post_send(qp.get(), &wr, &bad);
+    observe(std::string("ibv_post_send.") + qp_type_name(type), errno_name(rc));
     EXPECT_TRUE(is_post_send_refusal(rc)) << "rc " << rc;
     EXPECT_EQ(bad, &wr);
   }
@@ -276,6 +280,7 @@ TEST_P(PostTest, SendTooManySges) {
   wr.num_sge = static_cast<int>(sges.size());
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(qp.get(), &wr, &bad);
+  observe("ibv_post_send", errno_name(rc));
   EXPECT_TRUE(is_post_send_refusal(rc)) << "rc " << rc;
   EXPECT_EQ(bad, &wr);
 }

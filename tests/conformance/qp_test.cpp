@@ -34,6 +34,10 @@ TEST_P(QpTest, CreateEachTypeWithSmallCaps) {
     ibv_qp* qp = ibv_create_qp(pd_, &init);
     ASSERT_NE(qp, nullptr) << std::strerror(errno);
     qps.emplace_back(qp);
+    observe(std::string("cap.") + qp_type_name(type),
+            "send_wr=" + std::to_string(init.cap.max_send_wr) + " recv_wr=" + std::to_string(init.cap.max_recv_wr) +
+                " send_sge=" + std::to_string(init.cap.max_send_sge) + " recv_sge=" +
+                std::to_string(init.cap.max_recv_sge) + " inline=" + std::to_string(init.cap.max_inline_data));
     // The actual capabilities are written back, at least what was asked.
     EXPECT_GE(init.cap.max_send_wr, 3u);
     EXPECT_GE(init.cap.max_recv_wr, 5u);
@@ -184,6 +188,7 @@ TEST_P(QpTest, CreateUnsupportedTypes) {
     ibv_qp_init_attr init = qp_init_attr(type, cq.get());
     errno = 0;
     ibv_qp* qp = ibv_create_qp(pd_, &init);
+    observe(type == IBV_QPT_XRC_RECV ? "ibv_create_qp.XRC_RECV" : "ibv_create_qp.RAW_PACKET", outcome(qp));
     if (type == IBV_QPT_XRC_RECV) {
       EXPECT_EQ(qp, nullptr);
     }
@@ -198,6 +203,7 @@ TEST_P(QpTest, CreateUnsupportedTypes) {
   ibv_qp_init_attr init = qp_init_attr(static_cast<ibv_qp_type>(77), cq.get());
   errno = 0;
   ibv_qp* qp = ibv_create_qp(pd_, &init);
+  observe("ibv_create_qp.type_77", outcome(qp));
   EXPECT_EQ(qp, nullptr);
   EXPECT_TRUE(errno == EOPNOTSUPP || errno == EINVAL) << std::strerror(errno);
   if (qp) ibv_destroy_qp(qp);

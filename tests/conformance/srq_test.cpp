@@ -29,6 +29,8 @@ TEST_P(SrqTest, CreateWritesBackActualSizes) {
   attr.attr.max_sge = 2;
   Srq srq(ibv_create_srq(pd_, &attr));
   ASSERT_TRUE(srq) << std::strerror(errno);
+  observe("max_wr", "10->" + std::to_string(attr.attr.max_wr));
+  observe("max_sge", "2->" + std::to_string(attr.attr.max_sge));
   EXPECT_GE(attr.attr.max_wr, 10u);
   EXPECT_GE(attr.attr.max_sge, 2u);
   EXPECT_EQ(srq->context, ctx_);
@@ -117,6 +119,7 @@ TEST_P(SrqTest, ModifyMaxWr) {
   ibv_srq_attr attr{};
   attr.max_wr = 64;
   int rc = ibv_modify_srq(srq.get(), &attr, IBV_SRQ_MAX_WR);
+  observe("ibv_modify_srq.max_wr", errno_name(rc));
   ibv_srq_attr q{};
   ASSERT_EQ(ibv_query_srq(srq.get(), &q), 0);
   if (dattr_.device_cap_flags & IBV_DEVICE_SRQ_RESIZE) {
