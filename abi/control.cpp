@@ -1,11 +1,12 @@
 // The softverbs control API (include/softverbs/faults.h), node SOFTVERBS_0.1.
-#include "softverbs/faults.h"
-
 #include <cstring>
 #include <string>
 
 #include "abi/export.hpp"
 #include "emu/objects.hpp"
+#include "emu/provider.hpp"
+#include "softverbs/events.hpp"
+#include "softverbs/faults.h"
 #include "transport/faults.hpp"
 
 namespace {
@@ -57,16 +58,97 @@ SV_EXPORT int softverbs_device_counters(const char* device_name, struct softverb
   for (softverbs::emu::Device* d : softverbs::emu::DeviceRegistry::instance().devices()) {
     if (!device_name || d->name() != device_name) continue;
     const auto& c = d->counters();
-    softverbs_counters v{c.tx_packets.load(),       c.rx_packets.load(),         c.rx_icrc_errors.load(),
-                         c.rx_malformed.load(),     c.rx_unknown_qp.load(),      c.rx_dropped.load(),
-                         c.retransmits.load(),      c.timeouts.load(),           c.naks_sent.load(),
-                         c.naks_received.load(),    c.rnr_naks_sent.load(),      c.rnr_naks_received.load(),
-                         c.duplicates.load(),       c.faults_dropped.load(),     c.faults_duplicated.load(),
-                         c.faults_corrupted.load(), c.faults_delayed.load(),     c.faults_reordered.load(),
-                         c.faults_naks_forged.load()};
+    softverbs_counters v{c.tx_packets.load(),         c.rx_packets.load(),      c.rx_icrc_errors.load(),
+                         c.rx_malformed.load(),       c.rx_unknown_qp.load(),   c.rx_dropped.load(),
+                         c.retransmits.load(),        c.timeouts.load(),        c.naks_sent.load(),
+                         c.naks_received.load(),      c.rnr_naks_sent.load(),   c.rnr_naks_received.load(),
+                         c.duplicates.load(),         c.faults_dropped.load(),  c.faults_duplicated.load(),
+                         c.faults_corrupted.load(),   c.faults_delayed.load(),  c.faults_reordered.load(),
+                         c.faults_naks_forged.load(), c.port_down_drops.load(), c.faults_verbs.load()};
     std::memcpy(out, &v, size < sizeof v ? size : sizeof v);
     return 0;
   }
   errno = ENODEV;
   return -1;
+}
+
+namespace {
+
+softverbs::emu::Device* emu_device(const char* name) {
+  if (!name) return nullptr;
+  for (softverbs::emu::Device* d : softverbs::emu::DeviceRegistry::instance().devices())
+    if (d->name() == name) return d;
+  return nullptr;
+}
+
+// The emulated context a verbs context belongs to, or nullptr (another backend).
+softverbs::emu::Context* emu_context(ibv_context* context) {
+  if (!context || softverbs::abi::owner_of(context) != &softverbs::emu::EmuProvider::instance()) return nullptr;
+  return softverbs::emu::Context::from(context);
+}
+
+int fail_errno(int e) {
+  errno = e;
+  return -1;
+}
+
+}  // namespace
+
+SV_EXPORT int softverbs_port_set_state(const char* device_name, uint8_t port_num, int active) {
+  return softverbs::abi::guarded(-1, [&] {
+    softverbs::emu::Device* d = emu_device(device_name);
+    if (!d) return fail_errno(ENODEV);
+    if (port_num != 1) return fail_errno(EINVAL);
+    if (active && d->fatal()) return fail_errno(EIO);
+    d->set_port_active(active != 0);
+    return 0;
+  });
+}
+
+SV_EXPORT int softverbs_device_fatal(const char* device_name) {
+  return softverbs::abi::guarded(-1, [&] {
+    softverbs::emu::Device* d = emu_device(device_name);
+    if (!d) return fail_errno(ENODEV);
+    d->make_fatal();
+    return 0;
+  });
+}
+
+SV_EXPORT int softverbs_qp_force_error(struct ibv_qp* qp) {
+  return softverbs::abi::guarded(-1, [&] {
+    if (!qp || !emu_context(qp->context)) return fail_errno(ENODEV);
+    softverbs::emu::Qp::from(qp)->force_error(true);
+    return 0;
+  });
+}
+
+SV_EXPORT int softverbs_raise_async_event(struct ibv_context* context, const struct ibv_async_event* ev) {
+  return softverbs::abi::guarded(-1, [&] {
+    softverbs::emu::Context* ctx = emu_context(context);
+    if (!ctx) return fail_errno(ENODEV);
+    if (!ev) return fail_errno(EINVAL);
+    switch (softverbs::event_element(ev->event_type)) {
+      case softverbs::EventElement::cq:
+        if (!ev->element.cq || ev->element.cq->context != context) return fail_errno(EINVAL);
+        break;
+      case softverbs::EventElement::qp:
+        if (!ev->element.qp || ev->element.qp->context != context) return fail_errno(EINVAL);
+        break;
+      case softverbs::EventElement::srq:
+        if (!ev->element.srq || ev->element.srq->context != context) return fail_errno(EINVAL);
+        break;
+      case softverbs::EventElement::port:
+        if (ev->element.port_num != 1) return fail_errno(EINVAL);
+        ctx->device().post_device_event(ev->event_type, 1);
+        return 0;
+      case softverbs::EventElement::device:
+        if (ev->event_type != IBV_EVENT_DEVICE_FATAL) return fail_errno(EINVAL);
+        ctx->device().post_device_event(ev->event_type, 0);
+        return 0;
+      case softverbs::EventElement::wq:
+        return fail_errno(EINVAL);  // no work queue objects
+    }
+    ctx->post_async_event(*ev);
+    return 0;
+  });
 }

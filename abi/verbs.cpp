@@ -8,7 +8,10 @@
 #include <unordered_map>
 
 #include "abi/export.hpp"
+#include "softverbs/events.hpp"
 
+using softverbs::event_element;
+using softverbs::EventElement;
 using softverbs::Provider;
 using softverbs::abi::guarded;
 using softverbs::abi::owner_of;
@@ -59,11 +62,11 @@ void note_devices(Provider* provider, const std::vector<ibv_device*>& devices) {
 }  // namespace softverbs::abi
 
 // Fails a verb whose object has no owner (a pointer this library never made).
-#define SV_OWNER_OR(ptr, ret)        \
-  Provider* p = owner_of(ptr);       \
-  if (!p) {                          \
-    errno = EINVAL;                  \
-    return ret;                      \
+#define SV_OWNER_OR(ptr, ret)  \
+  Provider* p = owner_of(ptr); \
+  if (!p) {                    \
+    errno = EINVAL;            \
+    return ret;                \
   }
 
 // ---- devices ---------------------------------------------------------------
@@ -173,8 +176,8 @@ SV_EXPORT int _ibv_query_gid_ex(struct ibv_context* context, uint32_t port_num, 
   return guarded(ENOMEM, [&] { return p->query_gid_ex(context, port_num, gid_index, entry, flags, entry_size); });
 }
 
-SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context* context, struct ibv_gid_entry* entries,
-                                       size_t max_entries, uint32_t flags, size_t entry_size) {
+SV_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context* context, struct ibv_gid_entry* entries, size_t max_entries,
+                                       uint32_t flags, size_t entry_size) {
   SV_OWNER_OR(context, -EINVAL);
   return guarded(static_cast<ssize_t>(-ENOMEM),
                  [&] { return p->query_gid_table(context, entries, max_entries, flags, entry_size); });
@@ -205,32 +208,28 @@ SV_EXPORT int ibv_get_async_event(struct ibv_context* context, struct ibv_async_
 
 SV_EXPORT void ibv_ack_async_event(struct ibv_async_event* event) {
   ibv_context* ctx = nullptr;
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR:
+  switch (event_element(event->event_type)) {
+    case EventElement::cq:
       ctx = event->element.cq->context;
       break;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case EventElement::srq:
       ctx = event->element.srq->context;
       break;
-    case IBV_EVENT_WQ_FATAL:
+    case EventElement::wq:
       ctx = event->element.wq->context;
       break;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
+    case EventElement::qp:
       ctx = event->element.qp->context;
       break;
     default:
       return;  // port and device events carry no object to account
   }
   Provider* p = owner_of(ctx);
-  if (p) guarded(0, [&] { p->ack_async_event(event); return 0; });
+  if (p)
+    guarded(0, [&] {
+      p->ack_async_event(event);
+      return 0;
+    });
 }
 
 SV_EXPORT struct ibv_comp_channel* ibv_create_comp_channel(struct ibv_context* context) {
@@ -250,7 +249,11 @@ SV_EXPORT int ibv_get_cq_event(struct ibv_comp_channel* channel, struct ibv_cq**
 
 SV_EXPORT void ibv_ack_cq_events(struct ibv_cq* cq, unsigned int nevents) {
   Provider* p = owner_of(cq->context);
-  if (p) guarded(0, [&] { p->ack_cq_events(cq, nevents); return 0; });
+  if (p)
+    guarded(0, [&] {
+      p->ack_cq_events(cq, nevents);
+      return 0;
+    });
 }
 
 // ---- protection domains and memory ---------------------------------------
@@ -272,7 +275,11 @@ SV_EXPORT struct ibv_pd* ibv_import_pd(struct ibv_context* context, uint32_t pd_
 
 SV_EXPORT void ibv_unimport_pd(struct ibv_pd* pd) {
   Provider* p = owner_of(pd->context);
-  if (p) guarded(0, [&] { p->unimport_pd(pd); return 0; });
+  if (p)
+    guarded(0, [&] {
+      p->unimport_pd(pd);
+      return 0;
+    });
 }
 
 SV_EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t length, uint64_t iova,
@@ -316,7 +323,11 @@ SV_EXPORT struct ibv_mr* ibv_import_mr(struct ibv_pd* pd, uint32_t mr_handle) {
 
 SV_EXPORT void ibv_unimport_mr(struct ibv_mr* mr) {
   Provider* p = owner_of(mr->context);
-  if (p) guarded(0, [&] { p->unimport_mr(mr); return 0; });
+  if (p)
+    guarded(0, [&] {
+      p->unimport_mr(mr);
+      return 0;
+    });
 }
 
 SV_EXPORT struct ibv_dm* ibv_import_dm(struct ibv_context* context, uint32_t dm_handle) {
@@ -326,7 +337,11 @@ SV_EXPORT struct ibv_dm* ibv_import_dm(struct ibv_context* context, uint32_t dm_
 
 SV_EXPORT void ibv_unimport_dm(struct ibv_dm* dm) {
   Provider* p = owner_of(dm->context);
-  if (p) guarded(0, [&] { p->unimport_dm(dm); return 0; });
+  if (p)
+    guarded(0, [&] {
+      p->unimport_dm(dm);
+      return 0;
+    });
 }
 
 // ---- completion queues ---------------------------------------------------
@@ -435,8 +450,8 @@ SV_EXPORT int ibv_destroy_ah(struct ibv_ah* ah) {
   return guarded(ENOMEM, [&] { return p->destroy_ah(ah); });
 }
 
-SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context* context, uint8_t port_num, struct ibv_wc* wc,
-                                  struct ibv_grh* grh, struct ibv_ah_attr* ah_attr) {
+SV_EXPORT int ibv_init_ah_from_wc(struct ibv_context* context, uint8_t port_num, struct ibv_wc* wc, struct ibv_grh* grh,
+                                  struct ibv_ah_attr* ah_attr) {
   SV_OWNER_OR(context, -1);
   return guarded(-1, [&] { return p->init_ah_from_wc(context, port_num, wc, grh, ah_attr); });
 }
@@ -448,8 +463,8 @@ SV_EXPORT struct ibv_ah* ibv_create_ah_from_wc(struct ibv_pd* pd, struct ibv_wc*
   return ibv_create_ah(pd, &ah_attr);
 }
 
-SV_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context* context, struct ibv_ah_attr* attr,
-                                          uint8_t eth_mac[6], uint16_t* vid) {
+SV_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context* context, struct ibv_ah_attr* attr, uint8_t eth_mac[6],
+                                          uint16_t* vid) {
   SV_OWNER_OR(context, -EINVAL);
   return guarded(-ENOMEM, [&] { return p->resolve_eth_l2_from_gid(context, attr, eth_mac, vid); });
 }

@@ -3,6 +3,7 @@
 // 9.7.5.1, 9.9).
 #include <cstring>
 
+#include "emu/fault_actions.hpp"
 #include "emu/memaccess.hpp"
 #include "emu/objects.hpp"
 #include "emu/progress.hpp"
@@ -31,14 +32,71 @@ ibv_wc_status status_of_nak(NakCode code) {
 
 }  // namespace
 
-void Qp::push_completion_locked(Cq* cq, const ibv_wc& wc, bool solicited) {
-  // A completion the CQ cannot take is reported as a CQ error (IBTA 11.6.2).
+void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited) {
+  // After a forced error completion, until the QP is in the error state, the
+  // completions that follow are flushed, as they would be behind a real one.
+  if (error_pending_ && wc.status == IBV_WC_SUCCESS) wc.status = IBV_WC_WR_FLUSH_ERR;
+  transport::FaultEngine& faults = transport::FaultEngine::instance();
+  if (faults.verbs_active()) {
+    transport::FaultDecision d = faults.decide(transport::VerbFacts{transport::VerbPoint::completion, device().name(),
+                                                                    qpn(), static_cast<int>(wc.opcode), std::nullopt});
+    if (d.fired) {
+      switch (d.action) {
+        case transport::FaultAction::drop:
+          device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          return;
+        case transport::FaultAction::delay:
+          device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          cq->push_later(wc, solicited, d.delay_us);
+          return;
+        case transport::FaultAction::status:
+          device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          if (wc.status == IBV_WC_SUCCESS && d.wc_status != IBV_WC_SUCCESS) request_error_locked(false);
+          wc.status = static_cast<ibv_wc_status>(d.wc_status);
+          break;
+        default:
+          apply_fault_later(device(), d);
+          break;
+      }
+    }
+  }
   if (!cq->push(wc, solicited)) {
+    // The CQ overran and is in error now (IBV_EVENT_CQ_ERR, raised by the CQ):
+    // this completion is lost, so the QP cannot go on either. As on ConnectX, a
+    // QP that fails to write a completion suffers a catastrophic error: it moves
+    // to the error state with IBV_EVENT_QP_FATAL.
+    if (attr_.qp_state != IBV_QPS_ERR) request_error_locked(true);
+  }
+}
+
+void Qp::request_error_locked(bool event) {
+  // Entering the error state flushes the queues, which may be what the caller is
+  // iterating over: it happens from the QP's timer, right away.
+  if (error_pending_) return;
+  error_pending_ = true;
+  error_event_ = event;
+  if (!timer_) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
+  timer_->arm_at(std::chrono::steady_clock::now());
+}
+
+void Qp::error_locked(bool event) {
+  error_pending_ = false;
+  if (attr_.qp_state == IBV_QPS_RESET || attr_.qp_state == IBV_QPS_ERR) return;
+  attr_.qp_state = IBV_QPS_ERR;
+  attr_.cur_qp_state = IBV_QPS_ERR;
+  handle_.pub.qp_base.state = IBV_QPS_ERR;
+  enter_error_locked();
+  if (event) {
     ibv_async_event ev{};
-    ev.element.cq = cq->ibv();
-    ev.event_type = IBV_EVENT_CQ_ERR;
+    ev.element.qp = ibv();
+    ev.event_type = IBV_EVENT_QP_FATAL;
     context().post_async_event(ev);
   }
+}
+
+void Qp::force_error(bool event) {
+  std::lock_guard lock(mu_);
+  error_locked(event);
 }
 
 void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
@@ -116,8 +174,8 @@ void Qp::completer_locked(const PacketView& pkt) {
   // highest one it has seen.
   if (psn_ge(psn, sent_end_psn_) || psn_lt(psn, unacked_psn_)) {
     device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
-    SV_LOG(kDebug, "qp 0x%06x: ignored %.*s psn %u (unacked %u, next %u)", qpn(),
-           static_cast<int>(pkt.op->name.size()), pkt.op->name.data(), psn, unacked_psn_, sent_end_psn_);
+    SV_LOG(kDebug, "qp 0x%06x: ignored %.*s psn %u (unacked %u, next %u)", qpn(), static_cast<int>(pkt.op->name.size()),
+           pkt.op->name.data(), psn, unacked_psn_, sent_end_psn_);
     return;
   }
   bool progressed = false;
@@ -246,8 +304,7 @@ void Qp::completer_locked(const PacketView& pkt) {
         break;
       }
       const bool want_atomic = pkt.op->op_class == OpClass::atomic_ack;
-      if (!read || psn_lt(psn, read->first_psn) ||
-          (want_atomic != (read->opcode != IBV_WR_RDMA_READ))) {
+      if (!read || psn_lt(psn, read->first_psn) || (want_atomic != (read->opcode != IBV_WR_RDMA_READ))) {
         // Not the response this requester waits for (IBTA C9-?? "bad response").
         complete_send_error_locked(read ? *read : sq_.front(), IBV_WC_BAD_RESP_ERR);
         return;
@@ -274,8 +331,8 @@ void Qp::completer_locked(const PacketView& pkt) {
           complete_send_error_locked(*read, IBV_WC_BAD_RESP_ERR);
           return;
         }
-        if (len && !resolve_sges(device(), pd_, sq_.sges_at(index), read->num_sge, offset, len,
-                                 IBV_ACCESS_LOCAL_WRITE, spans)) {
+        if (len && !resolve_sges(device(), pd_, sq_.sges_at(index), read->num_sge, offset, len, IBV_ACCESS_LOCAL_WRITE,
+                                 spans)) {
           mr_lock.unlock();
           complete_send_error_locked(*read, IBV_WC_LOC_PROT_ERR);
           return;

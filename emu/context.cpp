@@ -4,8 +4,10 @@
 #include <cerrno>
 
 #include "emu/caps.hpp"
+#include "emu/fault_actions.hpp"
 #include "emu/objects.hpp"
 #include "emu/ops.hpp"
+#include "softverbs/events.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -43,19 +45,37 @@ Context::Context(Device& device) : device_(device) {
   pthread_mutex_init(&c.mutex, nullptr);
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
   install_context_ops(&v);
+  device.add_context(this);
 }
 
 Context::~Context() {
+  device_.remove_context(this);
   ::close(handle_.pub.context.async_fd);
   pthread_mutex_destroy(&handle_.pub.context.mutex);
 }
 
 void Context::post_async_event(const ibv_async_event& event) {
+  transport::FaultDecision d;
+  transport::FaultEngine& faults = transport::FaultEngine::instance();
+  if (faults.verbs_active()) {
+    // Async event rules (docs/faults.md): the event can be lost, or set off a
+    // port or device change after it; those run from the progress thread, since
+    // events are raised with engine locks held.
+    std::optional<uint32_t> qpn;
+    if (event_element(event.event_type) == EventElement::qp) qpn = event.element.qp->qp_num;
+    d = faults.decide(
+        transport::VerbFacts{transport::VerbPoint::async_event, device_.name(), qpn, std::nullopt, event.event_type});
+    if (d.fired && d.action == transport::FaultAction::drop) {
+      device_.counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   {
     std::lock_guard lock(async_mu_);
     async_events_.push_back(event);
   }
   give_token(handle_.pub.context.async_fd);
+  if (d.fired) apply_fault_later(device_, d);
 }
 
 int Context::get_async_event(ibv_async_event* event) {
@@ -67,30 +87,22 @@ int Context::get_async_event(ibv_async_event* event) {
     async_events_.pop_front();
     // Count the event as reported on its element: destroying the element waits
     // until the application has acknowledged it.
-    switch (event->event_type) {
-      case IBV_EVENT_CQ_ERR: {
+    switch (event_element(event->event_type)) {
+      case EventElement::cq: {
         ibv_cq* cq = event->element.cq;
         pthread_mutex_lock(&cq->mutex);
         ++Cq::from(cq)->events.reported;
         pthread_mutex_unlock(&cq->mutex);
         break;
       }
-      case IBV_EVENT_QP_FATAL:
-      case IBV_EVENT_QP_REQ_ERR:
-      case IBV_EVENT_QP_ACCESS_ERR:
-      case IBV_EVENT_COMM_EST:
-      case IBV_EVENT_SQ_DRAINED:
-      case IBV_EVENT_PATH_MIG:
-      case IBV_EVENT_PATH_MIG_ERR:
-      case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      case EventElement::qp: {
         ibv_qp* qp = event->element.qp;
         pthread_mutex_lock(&qp->mutex);
         ++Qp::from(qp)->events.reported;
         pthread_mutex_unlock(&qp->mutex);
         break;
       }
-      case IBV_EVENT_SRQ_ERR:
-      case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      case EventElement::srq: {
         ibv_srq* srq = event->element.srq;
         pthread_mutex_lock(&srq->mutex);
         ++Srq::from(srq)->events.reported;

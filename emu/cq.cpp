@@ -1,11 +1,13 @@
 #include <time.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 
 #include "emu/caps.hpp"
 #include "emu/objects.hpp"
 #include "emu/ops.hpp"
+#include "emu/progress.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -40,7 +42,32 @@ Cq::Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t w
   install_cq_ex_ops(&c);
 }
 
+void Cq::push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us) {
+  std::lock_guard lock(mu_);
+  delayed_.push_back({std::chrono::steady_clock::now() + std::chrono::microseconds(delay_us), wc, solicited});
+  if (!delay_timer_) delay_timer_ = std::make_shared<EngineTimer>([this] { push_due(); });
+  delay_timer_->arm_at(delayed_.back().due);
+}
+
+void Cq::push_due() {
+  std::vector<Delayed> due;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    auto it = std::stable_partition(delayed_.begin(), delayed_.end(), [now](const Delayed& d) { return d.due <= now; });
+    due.assign(delayed_.begin(), it);
+    delayed_.erase(delayed_.begin(), it);
+    if (!delayed_.empty()) {
+      auto next = std::min_element(delayed_.begin(), delayed_.end(),
+                                   [](const Delayed& a, const Delayed& b) { return a.due < b.due; });
+      delay_timer_->arm_at(next->due);
+    }
+  }
+  for (const Delayed& d : due) push(d.wc, d.solicited);
+}
+
 Cq::~Cq() {
+  if (delay_timer_) delay_timer_->detach();
   pthread_mutex_destroy(&handle_.pub.mutex);
   pthread_cond_destroy(&handle_.pub.cond);
 }
@@ -56,8 +83,15 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
   bool raise = false;
   {
     std::lock_guard lock(mu_);
+    if (overrun_) return false;  // a CQ in error takes no more completions
     if (tail_ - head_ >= ring_.size()) {
+      // Overrun (IBTA 11.4.2.1): the CQ goes to the error state, reported once by
+      // an affiliated asynchronous error. What it holds can still be polled.
       overrun_ = true;
+      ibv_async_event ev{};
+      ev.element.cq = ibv();
+      ev.event_type = IBV_EVENT_CQ_ERR;
+      ctx_.post_async_event(ev);
       return false;
     }
     ring_[tail_ % ring_.size()] = Cqe{wc, now_ns()};

@@ -10,6 +10,7 @@
 
 #include "emu/caps.hpp"
 #include "emu/objects.hpp"
+#include "emu/fault_actions.hpp"
 #include "softverbs/log.hpp"
 
 namespace softverbs::emu {
@@ -158,7 +159,9 @@ uint16_t Device::pkey_tbl_len() const {
 void Device::fill_port_attr(ibv_port_attr* attr) const {
   std::memset(attr, 0, sizeof *attr);
   const bool eth = config_.link_layer == LinkLayer::kEthernet;
-  attr->state = IBV_PORT_ACTIVE;
+  // A port taken down by the fault layer looks like a lost link (polling); a
+  // failed device's port is disabled.
+  attr->state = port_active() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   attr->max_mtu = caps::kMaxMtu;
   attr->active_mtu = config_.active_mtu;
   attr->gid_tbl_len = caps::kGidTblLen;
@@ -173,7 +176,9 @@ void Device::fill_port_attr(ibv_port_attr* attr) const {
   attr->subnet_timeout = eth ? 0 : caps::kSubnetTimeout;
   attr->active_width = caps::kActiveWidth;
   attr->active_speed = caps::kActiveSpeed;
-  attr->phys_state = caps::kPhysStateLinkUp;
+  attr->phys_state = port_active() ? caps::kPhysStateLinkUp
+                     : fatal()       ? caps::kPhysStateDisabled
+                                     : caps::kPhysStatePolling;
   attr->link_layer = eth ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
 }
 
@@ -350,6 +355,7 @@ const std::vector<Device*>& DeviceRegistry::devices() {
       owned_.push_back(std::make_unique<Device>(dc, index++, addr, fd));
       devices_.push_back(owned_.back().get());
     }
+    if (!devices_.empty()) install_timed_faults();
   });
   return devices_;
 }

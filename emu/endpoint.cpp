@@ -74,6 +74,11 @@ void Device::start_progress() {
 }
 
 void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
+  if (!port_active()) {
+    // A port that is down sends nothing: to its peers it is a lost link.
+    counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   transport::FaultEngine& faults = transport::FaultEngine::instance();
   if (faults.active()) {
     transport::PacketView view;
@@ -128,8 +133,8 @@ void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
             }
             break;
           }
-          case transport::FaultAction::nak:
-            break;  // receive side only
+          default:
+            break;  // nak: receive side only; verb actions never reach packets
         }
       }
     }
@@ -242,6 +247,10 @@ void Device::progress(bool block) {
 
 void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet, bool faults) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  if (!port_active()) {
+    counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   transport::PacketView pkt;
   transport::Ipv4Flow f = flow(src, addr_);
   f.sport = sport;
@@ -305,6 +314,8 @@ void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t>
             }
           }
           break;
+        default:
+          break;  // verb actions never reach packets
       }
     }
   }

@@ -13,16 +13,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
-#include <string>
-#include <unordered_map>
-#include <vector>
-
 #include <optional>
 #include <shared_mutex>
-#include <tuple>
 #include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "emu/config.hpp"
 #include "emu/handle.hpp"
@@ -89,11 +89,13 @@ class Device {
   struct Counters {
     std::atomic<uint64_t> tx_packets{0}, rx_packets{0};
     std::atomic<uint64_t> rx_icrc_errors{0}, rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
-    std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0},
-        rnr_naks_received{0}, duplicates{0}, timeouts{0};
+    std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0}, rnr_naks_received{0},
+        duplicates{0}, timeouts{0};
     // What the fault layer did (docs/faults.md).
     std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
         faults_reordered{0}, faults_naks_forged{0};
+    // Packets lost because the port was down; verb-level faults carried out.
+    std::atomic<uint64_t> port_down_drops{0}, faults_verbs{0};
   };
   Counters& counters() { return counters_; }
 
@@ -114,6 +116,24 @@ class Device {
   void inject(in_addr src, std::span<const uint8_t> packet);
   // The address a LID maps to: the device's own /16 with the LID as low bits.
   in_addr addr_of_lid(uint16_t lid) const;
+
+  // ---- port and device state (the fault layer's port_down/up, device_fatal) --
+  bool port_active() const { return port_active_.load(std::memory_order_relaxed); }
+  bool fatal() const { return fatal_.load(std::memory_order_relaxed); }
+  // Takes the port down or up; raises IBV_EVENT_PORT_ERR / PORT_ACTIVE on every
+  // open context when the state changes. False if it already was in that state.
+  bool set_port_active(bool up);
+  // The device fails: IBV_EVENT_DEVICE_FATAL on every open context, the port goes
+  // down, every QP moves to the error state; later resource creation fails (EIO).
+  void make_fatal();
+  // Queues an event on every open context of the device.
+  void post_device_event(ibv_event_type type, uint8_t port);
+  void add_context(Context* ctx);
+  void remove_context(Context* ctx);
+  // Moves the QP of that number to the error state (with IBV_EVENT_QP_FATAL).
+  bool fail_qp(uint32_t qpn);
+  // Runs f on the QP of that number, if there is one, keeping it alive meanwhile.
+  void with_qp(uint32_t qpn, const std::function<void(Qp*)>& f);
 
  private:
   void receive_local(in_addr src, std::span<const uint8_t> packet);
@@ -137,6 +157,9 @@ class Device {
   uint8_t next_mr_key_ = 0;
   std::unordered_map<uint32_t, Mr*> mrs_;
   std::shared_mutex mr_mu_;
+  std::vector<Context*> contexts_;  // under mu_
+  std::atomic<bool> port_active_{true};
+  std::atomic<bool> fatal_{false};
 
   Counters counters_;
   std::mutex rx_mu_;  // one thread processes received packets at a time, in order
@@ -191,8 +214,7 @@ class Context {
   ibv_context* ibv() { return &handle_.pub.context; }
   verbs_context* vctx() { return &handle_.pub; }
   static Context* from(ibv_context* ctx) {
-    return Handle<verbs_context, Context>::owner_of(
-        outer_of<verbs_context>(ctx, offsetof(verbs_context, context)));
+    return Handle<verbs_context, Context>::owner_of(outer_of<verbs_context>(ctx, offsetof(verbs_context, context)));
   }
   Device& device() { return device_; }
 
@@ -279,8 +301,11 @@ class Cq {
   CompChannel* channel() { return channel_; }
   int depth() const;
 
-  // Adds a completion; raises the completion event if armed. False on overrun.
+  // Adds a completion; raises the completion event if armed. False when the
+  // CQ is full or has overrun before: it is then in error (IBV_EVENT_CQ_ERR once).
   bool push(const ibv_wc& wc, bool solicited);
+  // The fault layer's delayed completion: pushed after delay_us.
+  void push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us);
   int poll(int n, ibv_wc* wc);
   int arm(int solicited_only);
   int resize(int cqe);
@@ -310,6 +335,7 @@ class Cq {
     uint64_t timestamp_ns;
   };
   bool pop_locked(Cqe* out);
+  void push_due();
 
   std::mutex mu_;
   std::vector<Cqe> ring_;
@@ -317,6 +343,13 @@ class Cq {
   int armed_ = 0;  // 0: not armed, 1: next completion, 2: solicited only
   bool overrun_ = false;
   uint64_t wc_flags_ = 0;
+  struct Delayed {
+    std::chrono::steady_clock::time_point due;
+    ibv_wc wc;
+    bool solicited;
+  };
+  std::vector<Delayed> delayed_;  // the fault layer's delayed completions
+  std::shared_ptr<EngineTimer> delay_timer_;
   Cqe current_{};
 };
 
@@ -384,6 +417,9 @@ class Qp {
   void shutdown();
   // Answers a request as if the responder had refused it (the fault layer's nak).
   void forge_nak(uint32_t psn, uint8_t syndrome);
+  // Moves the QP to the error state as a local catastrophic error would: every
+  // outstanding work request is flushed; with `event`, IBV_EVENT_QP_FATAL.
+  void force_error(bool event);
 
  private:
   void flush_locked();
@@ -402,13 +438,15 @@ class Qp {
   void check_drained_locked();
   void complete_send_error_locked(SendWqe& w, ibv_wc_status status);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
-  void push_completion_locked(Cq* cq, const ibv_wc& wc, bool solicited);
+  void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited);
+  void error_locked(bool event);
+  void request_error_locked(bool event);
   // responder
   void responder_locked(const transport::PacketView& pkt, in_addr src);
   void send_ack_locked(transport::Aeth aeth, uint32_t psn);
   bool take_recv_wqe_locked();
-  void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm,
-                            uint32_t imm, bool with_inv, bool solicited);
+  void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm, uint32_t imm,
+                            bool with_inv, bool solicited);
   void responder_error_locked(transport::NakCode code, ibv_wc_status recv_status, uint32_t psn);
   void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
   // wire
@@ -437,13 +475,17 @@ class Qp {
   uint32_t req_psn_ = 0;
   uint32_t tx_index_ = 0;
   uint64_t tx_offset_ = 0;
-  uint32_t unacked_psn_ = 0;  // oldest PSN not acknowledged
-  uint32_t sent_end_psn_ = 0;  // one past the highest PSN ever sent (req_psn_ goes back on a retry)
+  uint32_t unacked_psn_ = 0;              // oldest PSN not acknowledged
+  uint32_t sent_end_psn_ = 0;             // one past the highest PSN ever sent (req_psn_ goes back on a retry)
   uint32_t gap_rewind_psn_ = 0xffffffff;  // the read-response gap already asked again for
   uint32_t retry_left_ = 0;
   uint32_t rnr_retry_left_ = 0;
   bool rnr_waiting_ = false;
   bool heard_from_peer_ = false;  // a packet from the peer QP arrived since the last timeout
+  // A completion was forced to an error status (or lost to a CQ overrun): the QP
+  // enters the error state from its timer, and until then its completions flush.
+  bool error_pending_ = false;
+  bool error_event_ = false;  // ... with IBV_EVENT_QP_FATAL
   std::chrono::steady_clock::time_point deadline_{};
   std::chrono::steady_clock::time_point rnr_until_{};
   std::shared_ptr<EngineTimer> timer_;
@@ -452,8 +494,8 @@ class Qp {
   uint32_t epsn_ = 0;  // expected PSN
   uint32_t msn_ = 0;
   uint8_t prev_opcode_ = 0xFF;
-  bool nak_sent_ = false;      // a sequence NAK is outstanding: stay silent until in order
-  bool uc_drop_ = false;       // UC: drop packets until the next message starts
+  bool nak_sent_ = false;  // a sequence NAK is outstanding: stay silent until in order
+  bool uc_drop_ = false;   // UC: drop packets until the next message starts
   bool comm_established_ = false;
   struct Receiving {
     bool active = false;

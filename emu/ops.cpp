@@ -41,6 +41,10 @@ int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, s
 }
 
 ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (Context::from(context)->device().fatal()) {
+    errno = EIO;
+    return nullptr;
+  }
   if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
     errno = EINVAL;
     return nullptr;

@@ -14,6 +14,7 @@
 #include "emu/memcheck.hpp"
 #include "emu/objects.hpp"
 #include "emu/ops.hpp"
+#include "softverbs/events.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -29,6 +30,11 @@ bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
 
 // Access flags rules of the verbs spec (and the kernel's ib_check_mr_access):
 // remote write and remote atomic need local write.
+// After a fatal error (the fault layer's device_fatal) the device takes no new
+// work: creating resources and changing QPs fail with EIO, as commands to a
+// failed ConnectX do; destroying and querying still work.
+bool failed(ibv_context* context) { return Context::from(context)->device().fatal(); }
+
 int check_access(unsigned access) {
   if (access & ~caps::kSupportedAccess) {
     if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;  // no ODP capability
@@ -123,8 +129,8 @@ int EmuProvider::query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t 
   return 0;
 }
 
-ssize_t EmuProvider::query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
-                                     uint32_t flags, size_t entry_size) {
+ssize_t EmuProvider::query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries, uint32_t flags,
+                                     size_t entry_size) {
   if (flags) return -EINVAL;
   if (entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   Device& dev = Context::from(context)->device();
@@ -154,8 +160,7 @@ int EmuProvider::query_gid(ibv_context* context, uint8_t port_num, int index, ib
   return 0;
 }
 
-int EmuProvider::query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
-                                ibv_gid_type_sysfs* type) {
+int EmuProvider::query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) {
   ibv_gid_entry entry{};
   int ret = query_gid_ex(context, port_num, index, &entry, 0, sizeof entry);
   if (ret == ENODATA) {
@@ -202,26 +207,18 @@ void EmuProvider::ack_async_event(ibv_async_event* event) {
     pthread_cond_signal(c);
     pthread_mutex_unlock(m);
   };
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
+  switch (event_element(event->event_type)) {
+    case EventElement::cq: {
       ibv_cq* cq = event->element.cq;
       ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
       break;
     }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+    case EventElement::qp: {
       ibv_qp* qp = event->element.qp;
       ack(&qp->mutex, &qp->cond, &qp->events_completed);
       break;
     }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+    case EventElement::srq: {
       ibv_srq* srq = event->element.srq;
       ack(&srq->mutex, &srq->cond, &srq->events_completed);
       break;
@@ -275,6 +272,7 @@ void EmuProvider::ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 // ---- protection domains and memory ---------------------------------------
 
 ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
+  if (failed(context)) return fail<ibv_pd>(EIO);
   Context* ctx = Context::from(context);
   auto pd = std::make_unique<Pd>(*ctx);
   ctx->users.get();
@@ -294,6 +292,7 @@ ibv_pd* EmuProvider::import_pd(ibv_context*, uint32_t) { return fail<ibv_pd>(EOP
 void EmuProvider::unimport_pd(ibv_pd*) {}
 
 ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  if (failed(pd->context)) return fail<ibv_mr>(EIO);
   // IBV_ACCESS_OPTIONAL_RANGE bits are hints the device may ignore.
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if (int err = check_access(access)) return fail<ibv_mr>(err);
@@ -313,9 +312,7 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   return mr.release()->ibv();
 }
 
-ibv_mr* EmuProvider::reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
-  return fail<ibv_mr>(EOPNOTSUPP);
-}
+ibv_mr* EmuProvider::reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail<ibv_mr>(EOPNOTSUPP); }
 
 int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   // rdma-core's own argument checks: each gives IBV_REREG_MR_ERR_INPUT, EINVAL.
@@ -377,6 +374,7 @@ void EmuProvider::unimport_dm(ibv_dm*) {}
 
 ibv_cq* EmuProvider::create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                                int comp_vector) {
+  if (failed(context)) return fail<ibv_cq>(EIO);
   ibv_cq_ex* cq = emu::create_cq(*Context::from(context), cqe, cq_context, channel, comp_vector, IBV_WC_STANDARD_FLAGS);
   return cq ? ibv_cq_ex_to_cq(cq) : nullptr;
 }
@@ -404,6 +402,7 @@ int EmuProvider::destroy_cq(ibv_cq* cq) {
 // ---- shared receive queues -----------------------------------------------
 
 ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (failed(pd->context)) return fail<ibv_srq>(EIO);
   const ibv_srq_attr& a = attr->attr;
   if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(caps::kMaxSrqWr) ||
       a.max_sge > static_cast<uint32_t>(caps::kMaxSrqSge))
@@ -441,6 +440,7 @@ int EmuProvider::destroy_srq(ibv_srq* srq) {
 // ---- queue pairs ---------------------------------------------------------
 
 ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (failed(pd->context)) return fail<ibv_qp>(EIO);
   Pd* p = Pd::from(pd);
   Context& ctx = p->context();
   switch (attr->qp_type) {
@@ -473,6 +473,7 @@ ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (failed(qp->context)) return EIO;
   return Qp::from(qp)->modify(attr, attr_mask);
 }
 
@@ -533,6 +534,7 @@ int EmuProvider::detach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
 // ---- address handles -----------------------------------------------------
 
 ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (failed(pd->context)) return fail<ibv_ah>(EIO);
   Pd* p = Pd::from(pd);
   if (int err = check_ah_attr(p->context(), *attr)) return fail<ibv_ah>(err);
   auto ah = std::make_unique<Ah>(*p, *attr);
@@ -625,8 +627,7 @@ int EmuProvider::init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc*
   }
 }
 
-int EmuProvider::resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6],
-                                         uint16_t* vid) {
+int EmuProvider::resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6], uint16_t* vid) {
   ibv_gid sgid;
   if (int err = query_gid(context, attr->port_num, attr->grh.sgid_index, &sgid)) return err;
   // Emulated devices derive their MAC from their IPv4 address (see Device).

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "emu/caps.hpp"
+#include "emu/fault_actions.hpp"
 #include "emu/objects.hpp"
 #include "emu/progress.hpp"
 #include "emu/qp_state.hpp"
@@ -13,9 +14,9 @@ namespace {
 bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
   switch (type) {
     case IBV_QPT_RC:
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
-             op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ ||
-             op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+             op == IBV_WR_ATOMIC_FETCH_AND_ADD;
     case IBV_QPT_UC:
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
              op == IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -139,11 +140,13 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
       tx_index_ = 0;
       tx_offset_ = 0;
       rnr_waiting_ = false;
+      error_pending_ = false;
       deadline_ = {};
       ibv_qp_attr fresh{};
       fresh.cap = cap_;
       attr_ = fresh;
     } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+      error_pending_ = false;
       enter_error_locked();
     } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
       epsn_ = attr_.rq_psn;
@@ -194,9 +197,22 @@ int Qp::query(ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr)
 }
 
 int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  // The fault layer's post_recv rules, one decision per work request: the first
+  // that fails the post ends it there (docs/faults.md).
+  ibv_recv_wr* fail_at = nullptr;
+  int fail_errno = 0;
+  if (transport::FaultEngine::instance().verbs_active()) {
+    for (ibv_recv_wr* w = wr; w && !fail_at; w = w->next) {
+      if ((fail_errno = post_fault(*this, transport::VerbPoint::post_recv, std::nullopt))) fail_at = w;
+    }
+  }
   std::lock_guard lock(mu_);
   const ibv_qp_state state = attr_.qp_state;
   for (; wr; wr = wr->next) {
+    if (wr == fail_at) {
+      *bad_wr = wr;
+      return fail_errno;
+    }
     // A QP attached to an SRQ has no receive queue of its own.
     if (srq_ || state == IBV_QPS_RESET) {
       *bad_wr = wr;
@@ -227,36 +243,57 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 }
 
 int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  ibv_send_wr* fail_at = nullptr;
+  int fail_errno = 0;
+  if (transport::FaultEngine::instance().verbs_active()) {
+    for (ibv_send_wr* w = wr; w && !fail_at; w = w->next) {
+      if ((fail_errno = post_fault(*this, transport::VerbPoint::post_send, static_cast<int>(w->opcode)))) fail_at = w;
+    }
+  }
   std::lock_guard lock(mu_);
   const ibv_qp_state state = attr_.qp_state;
+  // The requests before a failing one are posted (bad_wr names the first one
+  // that is not) and go to work like any others.
+  int rc = 0;
   for (; wr; wr = wr->next) {
+    if (wr == fail_at) {
+      *bad_wr = wr;
+      rc = fail_errno;
+      break;
+    }
     if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
       *bad_wr = wr;
-      return EINVAL;
+      rc = EINVAL;
+      break;
     }
     if (!opcode_valid_for(type_, wr->opcode)) {
       *bad_wr = wr;
-      return EINVAL;
+      rc = EINVAL;
+      break;
     }
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > sq_.max_sge()) {
       *bad_wr = wr;
-      return EINVAL;
+      rc = EINVAL;
+      break;
     }
     uint64_t total = 0;
     for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
     const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
     if (is_inline && total > sq_.max_inline()) {
       *bad_wr = wr;
-      return EINVAL;
+      rc = EINVAL;
+      break;
     }
     if (type_ == IBV_QPT_UD) {
       // The datagram service has no data path yet.
       *bad_wr = wr;
-      return wr->wr.ud.ah ? EOPNOTSUPP : EINVAL;
+      rc = wr->wr.ud.ah ? EOPNOTSUPP : EINVAL;
+      break;
     }
     if (sq_.full()) {
       *bad_wr = wr;
-      return ENOMEM;
+      rc = ENOMEM;
+      break;
     }
     SendWqe& wqe = sq_.next();
     wqe.wr_id = wr->wr_id;
@@ -314,7 +351,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   } else {
     requester_locked();
   }
-  return 0;
+  return rc;
 }
 
 void Qp::shutdown() {

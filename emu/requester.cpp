@@ -337,6 +337,10 @@ void Qp::on_timer() {
   // retransmissions, which deepen the backlog.
   device().progress(true);
   std::lock_guard lock(mu_);
+  if (error_pending_) {
+    error_locked(error_event_);
+    return;
+  }
   if (attr_.qp_state != IBV_QPS_RTS && attr_.qp_state != IBV_QPS_SQD) return;
   auto now = std::chrono::steady_clock::now();
   if (rnr_waiting_) {

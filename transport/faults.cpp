@@ -1,6 +1,7 @@
 #include "transport/faults.hpp"
 
 #define TOML_HEADER_ONLY 1
+#include <infiniband/verbs.h>
 #include <toml++/toml.h>
 
 #include <cstdio>
@@ -62,6 +63,13 @@ std::optional<FaultAction> parse_action(std::string_view s) {
   if (s == "delay") return FaultAction::delay;
   if (s == "reorder") return FaultAction::reorder;
   if (s == "nak") return FaultAction::nak;
+  if (s == "fail") return FaultAction::fail;
+  if (s == "status") return FaultAction::status;
+  if (s == "qp_error") return FaultAction::qp_error;
+  if (s == "port_down") return FaultAction::port_down;
+  if (s == "port_up") return FaultAction::port_up;
+  if (s == "event") return FaultAction::event;
+  if (s == "device_fatal") return FaultAction::device_fatal;
   return std::nullopt;
 }
 
@@ -72,6 +80,126 @@ std::optional<uint8_t> parse_syndrome(std::string_view s) {
   if (s == "remote_operational_error") return 0x63;
   if (s == "invalid_rd_request") return 0x64;
   return std::nullopt;
+}
+
+struct Named {
+  const char* name;
+  int value;
+};
+
+#define SV_NAMED(x) \
+  { #x, x }
+constexpr Named kWrOpcodes[] = {
+    SV_NAMED(IBV_WR_RDMA_WRITE),
+    SV_NAMED(IBV_WR_RDMA_WRITE_WITH_IMM),
+    SV_NAMED(IBV_WR_SEND),
+    SV_NAMED(IBV_WR_SEND_WITH_IMM),
+    SV_NAMED(IBV_WR_RDMA_READ),
+    SV_NAMED(IBV_WR_ATOMIC_CMP_AND_SWP),
+    SV_NAMED(IBV_WR_ATOMIC_FETCH_AND_ADD),
+    SV_NAMED(IBV_WR_LOCAL_INV),
+    SV_NAMED(IBV_WR_BIND_MW),
+    SV_NAMED(IBV_WR_SEND_WITH_INV),
+    SV_NAMED(IBV_WR_TSO),
+};
+constexpr Named kWcOpcodes[] = {
+    SV_NAMED(IBV_WC_SEND),      SV_NAMED(IBV_WC_RDMA_WRITE),
+    SV_NAMED(IBV_WC_RDMA_READ), SV_NAMED(IBV_WC_COMP_SWAP),
+    SV_NAMED(IBV_WC_FETCH_ADD), SV_NAMED(IBV_WC_BIND_MW),
+    SV_NAMED(IBV_WC_LOCAL_INV), SV_NAMED(IBV_WC_TSO),
+    SV_NAMED(IBV_WC_RECV),      SV_NAMED(IBV_WC_RECV_RDMA_WITH_IMM),
+};
+constexpr Named kWcStatuses[] = {
+    SV_NAMED(IBV_WC_SUCCESS),
+    SV_NAMED(IBV_WC_LOC_LEN_ERR),
+    SV_NAMED(IBV_WC_LOC_QP_OP_ERR),
+    SV_NAMED(IBV_WC_LOC_EEC_OP_ERR),
+    SV_NAMED(IBV_WC_LOC_PROT_ERR),
+    SV_NAMED(IBV_WC_WR_FLUSH_ERR),
+    SV_NAMED(IBV_WC_MW_BIND_ERR),
+    SV_NAMED(IBV_WC_BAD_RESP_ERR),
+    SV_NAMED(IBV_WC_LOC_ACCESS_ERR),
+    SV_NAMED(IBV_WC_REM_INV_REQ_ERR),
+    SV_NAMED(IBV_WC_REM_ACCESS_ERR),
+    SV_NAMED(IBV_WC_REM_OP_ERR),
+    SV_NAMED(IBV_WC_RETRY_EXC_ERR),
+    SV_NAMED(IBV_WC_RNR_RETRY_EXC_ERR),
+    SV_NAMED(IBV_WC_LOC_RDD_VIOL_ERR),
+    SV_NAMED(IBV_WC_REM_INV_RD_REQ_ERR),
+    SV_NAMED(IBV_WC_REM_ABORT_ERR),
+    SV_NAMED(IBV_WC_INV_EECN_ERR),
+    SV_NAMED(IBV_WC_INV_EEC_STATE_ERR),
+    SV_NAMED(IBV_WC_FATAL_ERR),
+    SV_NAMED(IBV_WC_RESP_TIMEOUT_ERR),
+    SV_NAMED(IBV_WC_GENERAL_ERR),
+    SV_NAMED(IBV_WC_TM_ERR),
+    SV_NAMED(IBV_WC_TM_RNDV_INCOMPLETE),
+};
+constexpr Named kEvents[] = {
+    SV_NAMED(IBV_EVENT_CQ_ERR),
+    SV_NAMED(IBV_EVENT_QP_FATAL),
+    SV_NAMED(IBV_EVENT_QP_REQ_ERR),
+    SV_NAMED(IBV_EVENT_QP_ACCESS_ERR),
+    SV_NAMED(IBV_EVENT_COMM_EST),
+    SV_NAMED(IBV_EVENT_SQ_DRAINED),
+    SV_NAMED(IBV_EVENT_PATH_MIG),
+    SV_NAMED(IBV_EVENT_PATH_MIG_ERR),
+    SV_NAMED(IBV_EVENT_DEVICE_FATAL),
+    SV_NAMED(IBV_EVENT_PORT_ACTIVE),
+    SV_NAMED(IBV_EVENT_PORT_ERR),
+    SV_NAMED(IBV_EVENT_LID_CHANGE),
+    SV_NAMED(IBV_EVENT_PKEY_CHANGE),
+    SV_NAMED(IBV_EVENT_SM_CHANGE),
+    SV_NAMED(IBV_EVENT_SRQ_ERR),
+    SV_NAMED(IBV_EVENT_SRQ_LIMIT_REACHED),
+    SV_NAMED(IBV_EVENT_QP_LAST_WQE_REACHED),
+    SV_NAMED(IBV_EVENT_CLIENT_REREGISTER),
+    SV_NAMED(IBV_EVENT_GID_CHANGE),
+    SV_NAMED(IBV_EVENT_WQ_FATAL),
+};
+constexpr Named kErrnos[] = {
+    SV_NAMED(EPERM),     SV_NAMED(ENOENT),     SV_NAMED(EINTR),    SV_NAMED(EIO),    SV_NAMED(EAGAIN),
+    SV_NAMED(ENOMEM),    SV_NAMED(EACCES),     SV_NAMED(EFAULT),   SV_NAMED(EBUSY),  SV_NAMED(EEXIST),
+    SV_NAMED(ENODEV),    SV_NAMED(EINVAL),     SV_NAMED(ENOSPC),   SV_NAMED(ENOSYS), SV_NAMED(EOPNOTSUPP),
+    SV_NAMED(ETIMEDOUT), SV_NAMED(ECONNRESET), SV_NAMED(ENETDOWN), SV_NAMED(EPROTO),
+};
+#undef SV_NAMED
+
+template <size_t N>
+std::optional<int> lookup(const Named (&table)[N], std::string_view name) {
+  for (const Named& n : table)
+    if (name == n.name) return n.value;
+  return std::nullopt;
+}
+
+template <size_t N>
+std::string names_of(const Named (&table)[N]) {
+  std::string s;
+  for (const Named& n : table) s += (s.empty() ? "" : ", ") + std::string(n.name);
+  return s;
+}
+
+// A key whose value is a name from `table` (or a plain integer): false with a
+// message if it is there but wrong.
+template <size_t N>
+bool get_named(const toml::table& t, const char* key, const Named (&table)[N], std::optional<int>* out,
+               std::string* error, const std::string& where) {
+  const toml::node* n = t.get(key);
+  if (!n) return true;
+  if (auto s = n->value<std::string>()) {
+    *out = lookup(table, *s);
+    if (!*out) {
+      *error = where + ": unknown " + key + " '" + *s + "' (" + names_of(table) + ")";
+      return false;
+    }
+    return true;
+  }
+  if (auto v = n->value<int64_t>(); v && *v >= 0 && *v <= 0xffff) {
+    *out = static_cast<int>(*v);
+    return true;
+  }
+  *error = where + ": '" + key + "' must be a name or a non-negative integer";
+  return false;
 }
 
 std::optional<uint8_t> opcode_by_name(std::string_view name) {
@@ -97,11 +225,42 @@ bool get_uint(const toml::table& t, const char* key, T* out, uint64_t max, std::
   return true;
 }
 
+bool is_packet_action(FaultAction a) {
+  return a == FaultAction::drop || a == FaultAction::duplicate || a == FaultAction::corrupt ||
+         a == FaultAction::delay || a == FaultAction::reorder || a == FaultAction::nak;
+}
+
+// Which actions a rule of each kind may take (docs/faults.md, "Actions").
+bool action_allowed(const FaultRule& r) {
+  const FaultAction a = r.action;
+  const bool side_effect = a == FaultAction::qp_error || a == FaultAction::port_down || a == FaultAction::port_up ||
+                           a == FaultAction::event || a == FaultAction::device_fatal;
+  switch (r.target) {
+    case RuleTarget::packet:
+      return is_packet_action(a);
+    case RuleTarget::timed:
+      return side_effect;
+    case RuleTarget::verb:
+      switch (r.verb) {
+        case VerbPoint::post_send:
+        case VerbPoint::post_recv:
+          return a == FaultAction::fail || side_effect;
+        case VerbPoint::completion:
+          return a == FaultAction::drop || a == FaultAction::delay || a == FaultAction::status || side_effect;
+        case VerbPoint::async_event:
+          // An event rule that raises events could feed itself.
+          return a == FaultAction::drop || (side_effect && a != FaultAction::event);
+      }
+  }
+  return false;
+}
+
 bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* error) {
   const std::string where = "rule " + std::to_string(index + 1);
-  static const char* const known[] = {"name",  "direction",   "device", "qpn",   "opcode",   "class",
-                                      "psn",   "nth",         "every",  "probability", "count", "action",
-                                      "delay_ms", "delay_us", "syndrome"};
+  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",     "class",
+                                      "psn",      "nth",       "every",    "probability", "count",      "action",
+                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",      "on_event",
+                                      "errno",    "status",    "event",    "port",        "duration_ms"};
   for (auto&& [k, v] : t) {
     bool ok = false;
     for (const char* name : known) ok |= k.str() == name;
@@ -111,32 +270,83 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
     }
   }
   r->name = t["name"].value_or(std::string("rule") + std::to_string(index + 1));
+  auto forbid = [&](std::initializer_list<const char*> keys, const char* kind) {
+    for (const char* k : keys) {
+      if (t.contains(k)) {
+        *error = where + ": '" + k + "' does not apply to " + kind;
+        return false;
+      }
+    }
+    return true;
+  };
+
+  // What the rule watches.
+  if (t.contains("at_ms")) {
+    r->target = RuleTarget::timed;
+    if (!get_uint(t, "at_ms", &r->at_ms, 86400000, error, where)) return false;
+    if (!forbid({"verb", "direction", "opcode", "class", "psn", "nth", "every", "probability", "count", "on_event"},
+                "a timed rule (at_ms)"))
+      return false;
+  } else if (const toml::node* n = t.get("verb")) {
+    r->target = RuleTarget::verb;
+    auto v = n->value<std::string>();
+    if (v && *v == "post_send")
+      r->verb = VerbPoint::post_send;
+    else if (v && *v == "post_recv")
+      r->verb = VerbPoint::post_recv;
+    else if (v && *v == "completion")
+      r->verb = VerbPoint::completion;
+    else if (v && *v == "async_event")
+      r->verb = VerbPoint::async_event;
+    else {
+      *error = where + ": verb must be post_send, post_recv, completion or async_event";
+      return false;
+    }
+    if (!forbid({"direction", "class", "psn", "syndrome"}, "a verb rule")) return false;
+    if (r->verb != VerbPoint::async_event && !forbid({"on_event"}, "this verb")) return false;
+    if (r->verb == VerbPoint::post_send) {
+      if (!get_named(t, "opcode", kWrOpcodes, &r->verb_opcode, error, where)) return false;
+    } else if (r->verb == VerbPoint::completion) {
+      if (!get_named(t, "opcode", kWcOpcodes, &r->verb_opcode, error, where)) return false;
+    } else if (!forbid({"opcode"}, "this verb")) {
+      return false;
+    }
+    if (!get_named(t, "on_event", kEvents, &r->match_event, error, where)) return false;
+  } else {
+    if (!forbid({"on_event", "errno", "status", "event", "port", "duration_ms"}, "a packet rule")) return false;
+  }
+
+  r->device = t["device"].value_or(std::string());
   if (auto d = t["direction"].value<std::string>()) {
-    if (*d == "tx") r->direction = Direction::tx;
-    else if (*d == "rx") r->direction = Direction::rx;
-    else if (*d == "any") r->direction = Direction::any;
+    if (*d == "tx")
+      r->direction = Direction::tx;
+    else if (*d == "rx")
+      r->direction = Direction::rx;
+    else if (*d == "any")
+      r->direction = Direction::any;
     else {
       *error = where + ": direction must be tx, rx or any";
       return false;
     }
   }
-  r->device = t["device"].value_or(std::string());
   uint32_t qpn = 0;
   if (t.contains("qpn")) {
     if (!get_uint(t, "qpn", &qpn, 0xffffff, error, where)) return false;
     r->qpn = qpn;
   }
-  if (const toml::node* n = t.get("opcode")) {
-    if (auto s = n->value<std::string>()) {
-      r->opcode = opcode_by_name(*s);
-      if (!r->opcode) {
-        *error = where + ": unknown opcode '" + *s + "' (use the BTH names, e.g. RC_SEND_ONLY)";
-        return false;
+  if (r->target == RuleTarget::packet) {
+    if (const toml::node* n = t.get("opcode")) {
+      if (auto s = n->value<std::string>()) {
+        r->opcode = opcode_by_name(*s);
+        if (!r->opcode) {
+          *error = where + ": unknown opcode '" + *s + "' (use the BTH names, e.g. RC_SEND_ONLY)";
+          return false;
+        }
+      } else {
+        uint32_t op = 0;
+        if (!get_uint(t, "opcode", &op, 0xff, error, where)) return false;
+        r->opcode = static_cast<uint8_t>(op);
       }
-    } else {
-      uint32_t op = 0;
-      if (!get_uint(t, "opcode", &op, 0xff, error, where)) return false;
-      r->opcode = static_cast<uint8_t>(op);
     }
   }
   if (auto c = t["class"].value<std::string>()) {
@@ -169,9 +379,13 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
     }
     r->probability = *p;
   }
+
+  // What it does.
   auto a = t["action"].value<std::string>();
   if (!a) {
-    *error = where + ": 'action' is required (drop, duplicate, corrupt, delay, reorder, nak)";
+    *error = where +
+             ": 'action' is required (drop, duplicate, corrupt, delay, reorder, nak, fail, status, qp_error, "
+             "port_down, port_up, event, device_fatal)";
     return false;
   }
   auto act = parse_action(*a);
@@ -180,6 +394,13 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
     return false;
   }
   r->action = *act;
+  if (!action_allowed(*r)) {
+    const char* kind = r->target == RuleTarget::packet  ? "a packet rule"
+                       : r->target == RuleTarget::timed ? "a timed rule"
+                                                        : "this verb";
+    *error = where + ": action " + *a + " does not apply to " + kind + " (docs/faults.md lists what does)";
+    return false;
+  }
   uint32_t ms = 0;
   if (!get_uint(t, "delay_ms", &ms, 60000, error, where)) return false;
   if (!get_uint(t, "delay_us", &r->delay_us, 60000000, error, where)) return false;
@@ -206,6 +427,39 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
     *error = where + ": action nak applies to received packets: set direction = \"rx\"";
     return false;
   }
+  std::optional<int> v;
+  if (!get_named(t, "errno", kErrnos, &v, error, where)) return false;
+  if (v) r->error = *v;
+  if (r->action == FaultAction::fail && r->error == 0) {
+    *error = where + ": action fail needs errno (e.g. \"ENOMEM\")";
+    return false;
+  }
+  v.reset();
+  if (!get_named(t, "status", kWcStatuses, &v, error, where)) return false;
+  if (v) r->wc_status = *v;
+  if (r->action == FaultAction::status && !v) {
+    *error = where + ": action status needs status (e.g. \"IBV_WC_REM_ABORT_ERR\")";
+    return false;
+  }
+  v.reset();
+  if (!get_named(t, "event", kEvents, &v, error, where)) return false;
+  if (v) r->event = *v;
+  if (r->action == FaultAction::event && !v) {
+    *error = where + ": action event needs event (e.g. \"IBV_EVENT_LID_CHANGE\")";
+    return false;
+  }
+  uint32_t port = 1;
+  if (!get_uint(t, "port", &port, 255, error, where)) return false;
+  if (port != 1) {
+    *error = where + ": emulated devices have one port: port must be 1";
+    return false;
+  }
+  r->port = static_cast<uint8_t>(port);
+  if (!get_uint(t, "duration_ms", &r->duration_ms, 86400000, error, where)) return false;
+  if (r->action == FaultAction::qp_error && r->target == RuleTarget::timed && !r->qpn) {
+    *error = where + ": a timed qp_error needs qpn (and device)";
+    return false;
+  }
   return true;
 }
 
@@ -225,9 +479,25 @@ std::string_view to_string(FaultAction a) noexcept {
       return "reorder";
     case FaultAction::nak:
       return "nak";
+    case FaultAction::fail:
+      return "fail";
+    case FaultAction::status:
+      return "status";
+    case FaultAction::qp_error:
+      return "qp_error";
+    case FaultAction::port_down:
+      return "port_down";
+    case FaultAction::port_up:
+      return "port_up";
+    case FaultAction::event:
+      return "event";
+    case FaultAction::device_fatal:
+      return "device_fatal";
   }
   return "?";
 }
+
+std::optional<int> errno_by_name(std::string_view name) { return lookup(kErrnos, name); }
 
 FaultEngine& FaultEngine::instance() {
   static FaultEngine* engine = [] {
@@ -300,18 +570,52 @@ bool FaultEngine::load(std::string_view text, std::string* error) {
       rules.push_back(std::move(r));
     }
   }
-  std::lock_guard lock(mu_);
-  if (seed) seed_ = *seed;
-  for (FaultRule& r : rules) rules_.push_back(State{std::move(r), 0, 0, {}});
-  reseed_locked();
-  active_.store(!rules_.empty(), std::memory_order_relaxed);
+  std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
+  TimedScheduler scheduler;
+  {
+    std::lock_guard lock(mu_);
+    if (seed) seed_ = *seed;
+    for (FaultRule& r : rules) {
+      if (r.target == RuleTarget::timed) timed.emplace_back(rules_.size(), generation_, r.at_ms);
+      rules_.push_back(State{std::move(r), 0, 0, {}});
+    }
+    reseed_locked();
+    update_flags_locked();
+    scheduler = scheduler_;
+  }
+  if (scheduler)
+    for (auto [index, gen, at] : timed) scheduler(index, gen, at);
   return true;
 }
 
 void FaultEngine::clear() {
   std::lock_guard lock(mu_);
   rules_.clear();
-  active_.store(false, std::memory_order_relaxed);
+  ++generation_;
+  update_flags_locked();
+}
+
+void FaultEngine::update_flags_locked() {
+  bool packets = false, verbs = false;
+  for (const State& s : rules_) {
+    packets |= s.rule.target == RuleTarget::packet;
+    verbs |= s.rule.target == RuleTarget::verb;
+  }
+  active_.store(packets, std::memory_order_relaxed);
+  verbs_active_.store(verbs, std::memory_order_relaxed);
+}
+
+void FaultEngine::set_timed_scheduler(TimedScheduler scheduler) {
+  std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
+  {
+    std::lock_guard lock(mu_);
+    scheduler_ = scheduler;
+    for (size_t i = 0; i < rules_.size(); ++i)
+      if (rules_[i].rule.target == RuleTarget::timed && rules_[i].fired == 0)
+        timed.emplace_back(i, generation_, rules_[i].rule.at_ms);
+  }
+  if (scheduler)
+    for (auto [index, gen, at] : timed) scheduler(index, gen, at);
 }
 
 void FaultEngine::set_seed(uint64_t seed) {
@@ -337,6 +641,60 @@ bool FaultEngine::set_log(const std::string& path) {
   return log_ != nullptr;
 }
 
+namespace {
+
+FaultDecision decision_of(const FaultRule& r, size_t index) {
+  FaultDecision d;
+  d.fired = true;
+  d.action = r.action;
+  d.delay_us = r.delay_us;
+  d.syndrome = r.syndrome;
+  d.rule = index;
+  d.error = r.error;
+  d.wc_status = r.wc_status;
+  d.event = r.event;
+  d.port = r.port;
+  d.duration_ms = r.duration_ms;
+  d.device = r.device;
+  d.qpn = r.qpn;
+  return d;
+}
+
+const char* verb_name(VerbPoint v) {
+  switch (v) {
+    case VerbPoint::post_send:
+      return "post_send";
+    case VerbPoint::post_recv:
+      return "post_recv";
+    case VerbPoint::completion:
+      return "completion";
+    case VerbPoint::async_event:
+      return "async_event";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool FaultEngine::fire_locked(State& s) {
+  // The count limit, then nth / every, then the probability.
+  const FaultRule& r = s.rule;
+  if (r.count && s.fired >= r.count) return false;
+  ++s.matches;
+  if (r.nth && s.matches != r.nth) return false;
+  if (r.every && s.matches % r.every != 0) return false;
+  if (r.probability < 1.0 && std::uniform_real_distribution<double>(0.0, 1.0)(s.rng) >= r.probability) return false;
+  ++s.fired;
+  return true;
+}
+
+void FaultEngine::log_locked(const State& s, const char* what) {
+  if (!log_) return;
+  std::fprintf(log_, "%s rule=%s action=%.*s\n", what, s.rule.name.c_str(),
+               static_cast<int>(to_string(s.rule.action).size()), to_string(s.rule.action).data());
+  std::fflush(log_);
+}
+
 FaultDecision FaultEngine::decide(const PacketFacts& f) {
   FaultDecision d;
   if (!active()) return d;
@@ -345,30 +703,68 @@ FaultDecision FaultEngine::decide(const PacketFacts& f) {
   for (size_t i = 0; i < rules_.size(); ++i) {
     State& s = rules_[i];
     const FaultRule& r = s.rule;
+    if (r.target != RuleTarget::packet) continue;
     if (r.direction != Direction::any && r.direction != f.direction) continue;
     if (!r.device.empty() && r.device != f.device) continue;
     if (r.qpn && *r.qpn != p.bth.dest_qp) continue;
     if (r.opcode && *r.opcode != p.bth.opcode) continue;
     if (!class_matches(r.packet_class, p)) continue;
     if (r.psn_first && (psn_lt(p.bth.psn, *r.psn_first) || psn_gt(p.bth.psn, *r.psn_last))) continue;
-    if (r.count && s.fired >= r.count) continue;
-    ++s.matches;
-    if (r.nth && s.matches != r.nth) continue;
-    if (r.every && s.matches % r.every != 0) continue;
-    if (r.probability < 1.0 && std::uniform_real_distribution<double>(0.0, 1.0)(s.rng) >= r.probability) continue;
-    ++s.fired;
-    d = FaultDecision{true, r.action, r.delay_us, r.syndrome, i};
+    if (!fire_locked(s)) continue;
     if (log_) {
-      std::fprintf(log_, "%s %.*s qpn=0x%06x psn=%u opcode=%.*s rule=%s action=%.*s\n",
-                   f.direction == Direction::tx ? "tx" : "rx", static_cast<int>(f.device.size()),
-                   f.device.data(), p.bth.dest_qp, p.bth.psn, static_cast<int>(p.op->name.size()),
-                   p.op->name.data(), r.name.c_str(), static_cast<int>(to_string(r.action).size()),
-                   to_string(r.action).data());
-      std::fflush(log_);
+      char what[160];
+      std::snprintf(what, sizeof what, "%s %.*s qpn=0x%06x psn=%u opcode=%.*s",
+                    f.direction == Direction::tx ? "tx" : "rx", static_cast<int>(f.device.size()), f.device.data(),
+                    p.bth.dest_qp, p.bth.psn, static_cast<int>(p.op->name.size()), p.op->name.data());
+      log_locked(s, what);
     }
-    return d;  // the first rule that fires decides
+    return decision_of(r, i);  // the first rule that fires decides
   }
   return d;
+}
+
+FaultDecision FaultEngine::decide(const VerbFacts& f) {
+  FaultDecision d;
+  if (!verbs_active()) return d;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    State& s = rules_[i];
+    const FaultRule& r = s.rule;
+    if (r.target != RuleTarget::verb || r.verb != f.verb) continue;
+    if (!r.device.empty() && r.device != f.device) continue;
+    if (r.qpn && (!f.qpn || *r.qpn != *f.qpn)) continue;
+    if (r.verb_opcode && (!f.opcode || *r.verb_opcode != *f.opcode)) continue;
+    if (r.match_event && (!f.event || *r.match_event != *f.event)) continue;
+    if (!fire_locked(s)) continue;
+    if (log_) {
+      char what[160];
+      std::snprintf(what, sizeof what, "%s %.*s qpn=0x%06x opcode=%d event=%d", verb_name(f.verb),
+                    static_cast<int>(f.device.size()), f.device.data(), f.qpn.value_or(0), f.opcode.value_or(-1),
+                    f.event.value_or(-1));
+      log_locked(s, what);
+    }
+    FaultDecision out = decision_of(r, i);
+    out.device = std::string(f.device);
+    if (f.qpn) out.qpn = f.qpn;
+    return out;
+  }
+  return d;
+}
+
+FaultDecision FaultEngine::fire_timed(size_t index, uint64_t generation) {
+  std::lock_guard lock(mu_);
+  if (generation != generation_ || index >= rules_.size()) return {};
+  State& s = rules_[index];
+  if (s.rule.target != RuleTarget::timed || s.fired) return {};
+  ++s.matches;
+  ++s.fired;
+  if (log_) {
+    char what[96];
+    std::snprintf(what, sizeof what, "timed at_ms=%u device=%s", s.rule.at_ms,
+                  s.rule.device.empty() ? "*" : s.rule.device.c_str());
+    log_locked(s, what);
+  }
+  return decision_of(s.rule, index);
 }
 
 uint64_t FaultEngine::hits(std::string_view rule_name) {

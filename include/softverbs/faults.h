@@ -8,6 +8,7 @@
 #ifndef SOFTVERBS_FAULTS_H
 #define SOFTVERBS_FAULTS_H
 
+#include <infiniband/verbs.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,28 +36,52 @@ uint64_t softverbs_fault_hits(const char* rule_name);
 struct softverbs_counters {
   uint64_t tx_packets;
   uint64_t rx_packets;
-  uint64_t rx_icrc_errors;   /* dropped: ICRC mismatch (corrupted) */
-  uint64_t rx_malformed;     /* dropped: not a valid RoCEv2 packet */
-  uint64_t rx_unknown_qp;    /* dropped: no such QP */
-  uint64_t rx_dropped;       /* dropped: wrong transport for the QP */
-  uint64_t retransmits;      /* go-back-N restarts by requesters */
-  uint64_t timeouts;         /* local ACK timeouts */
+  uint64_t rx_icrc_errors; /* dropped: ICRC mismatch (corrupted) */
+  uint64_t rx_malformed;   /* dropped: not a valid RoCEv2 packet */
+  uint64_t rx_unknown_qp;  /* dropped: no such QP */
+  uint64_t rx_dropped;     /* dropped: wrong transport for the QP */
+  uint64_t retransmits;    /* go-back-N restarts by requesters */
+  uint64_t timeouts;       /* local ACK timeouts */
   uint64_t naks_sent;
   uint64_t naks_received;
   uint64_t rnr_naks_sent;
   uint64_t rnr_naks_received;
-  uint64_t duplicates;       /* duplicate requests and responses seen */
+  uint64_t duplicates; /* duplicate requests and responses seen */
   uint64_t faults_dropped;
   uint64_t faults_duplicated;
   uint64_t faults_corrupted;
   uint64_t faults_delayed;
   uint64_t faults_reordered;
   uint64_t faults_naks_forged;
+  uint64_t port_down_drops; /* packets lost because the port was down */
+  uint64_t faults_verbs;    /* verb-level and timed fault actions carried out */
 };
 
 /* Fills *out (at most size bytes) for the emulated device of that name.
  * Returns 0, or -1 with errno ENODEV. */
 int softverbs_device_counters(const char* device_name, struct softverbs_counters* out, size_t size);
+
+/* Direct actions on emulated devices, the same as the scenario actions of the
+ * same names (docs/faults.md). Each returns 0, or -1 with errno: ENODEV (no
+ * emulated device of that name, or the object is not on an emulated device),
+ * EINVAL (bad port or event). */
+
+/* port_down / port_up: the port's state changes (ibv_query_port shows it), every
+ * open context of the device gets IBV_EVENT_PORT_ERR or IBV_EVENT_PORT_ACTIVE,
+ * and while down the device sends and receives nothing. */
+int softverbs_port_set_state(const char* device_name, uint8_t port_num, int active);
+/* device_fatal: IBV_EVENT_DEVICE_FATAL on every open context, port down, every QP
+ * in the error state (outstanding work flushed); creating resources fails with EIO
+ * from then on. */
+int softverbs_device_fatal(const char* device_name);
+/* qp_error: the QP moves to the error state, its work requests are flushed and
+ * IBV_EVENT_QP_FATAL is raised. */
+int softverbs_qp_force_error(struct ibv_qp* qp);
+/* Raises any async event on the context of ev's element: the caller fills
+ * event_type and the element (qp, cq, srq, port_num; nothing for DEVICE_FATAL).
+ * Port and device events go to every open context of the device. Only the event is
+ * raised: no state changes (use the functions above for that). */
+int softverbs_raise_async_event(struct ibv_context* context, const struct ibv_async_event* ev);
 
 #ifdef __cplusplus
 }

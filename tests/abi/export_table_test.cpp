@@ -410,10 +410,11 @@ TEST_F(ExportTable, OwnControlApiIsInItsOwnNode) {
       EXPECT_TRUE(s.is_default) << s.describe();
       own.insert(s.name);
     }
-  const std::set<std::string> expected = {"softverbs_device_counters", "softverbs_fault_hits",
-                                          "softverbs_faults_clear",    "softverbs_faults_load",
-                                          "softverbs_faults_load_file", "softverbs_faults_log",
-                                          "softverbs_faults_seed"};
+  const std::set<std::string> expected = {
+      "softverbs_device_counters", "softverbs_device_fatal",  "softverbs_fault_hits",
+      "softverbs_faults_clear",    "softverbs_faults_load",   "softverbs_faults_load_file",
+      "softverbs_faults_log",      "softverbs_faults_seed",   "softverbs_port_set_state",
+      "softverbs_qp_force_error",  "softverbs_raise_async_event"};
   EXPECT_EQ(own, expected);
 }
 

@@ -17,9 +17,9 @@
 
 namespace {
 
-constexpr uint32_t kMsg = 3000;    // bytes per SEND / WRITE / READ: three packets at MTU 1024
-constexpr int kDepth = 8;          // outstanding requests per direction
-constexpr int kSlots = 16;         // receive buffers per side
+constexpr uint32_t kMsg = 3000;      // bytes per SEND / WRITE / READ: three packets at MTU 1024
+constexpr int kDepth = 8;            // outstanding requests per direction
+constexpr int kSlots = 16;           // receive buffers per side
 constexpr uint32_t kPsn = 0xfffff0;  // start near the 24-bit wrap
 
 struct Side {
@@ -30,8 +30,8 @@ struct Side {
   std::vector<uint8_t> send_buf, recv_buf, target, read_src, read_dst;
   uint64_t counter = 0;  // the peer's FETCH_ADD target
   uint64_t fetched = 0;
-  ibv_mr *send_mr = nullptr, *recv_mr = nullptr, *target_mr = nullptr, *read_src_mr = nullptr,
-         *read_dst_mr = nullptr, *counter_mr = nullptr, *fetched_mr = nullptr;
+  ibv_mr *send_mr = nullptr, *recv_mr = nullptr, *target_mr = nullptr, *read_src_mr = nullptr, *read_dst_mr = nullptr,
+         *counter_mr = nullptr, *fetched_mr = nullptr;
   ibv_gid gid{};
   // progress
   uint64_t posted = 0, completed = 0, received = 0, recv_posted = 0, fetch_adds = 0;
@@ -55,8 +55,8 @@ class FaultSoak : public ::testing::Test {
     softverbs_faults_clear();
     for (Side* s : {&a_, &b_}) {
       if (s->qp) ibv_destroy_qp(s->qp);
-      for (ibv_mr* m : {s->send_mr, s->recv_mr, s->target_mr, s->read_src_mr, s->read_dst_mr, s->counter_mr,
-                        s->fetched_mr})
+      for (ibv_mr* m :
+           {s->send_mr, s->recv_mr, s->target_mr, s->read_src_mr, s->read_dst_mr, s->counter_mr, s->fetched_mr})
         if (m) ibv_dereg_mr(m);
       if (s->cq) ibv_destroy_cq(s->cq);
       if (s->pd) ibv_dealloc_pd(s->pd);
@@ -201,11 +201,9 @@ class FaultSoak : public ::testing::Test {
     // Messages that consume a receive: ops with i % 4 == 0 or 1.
     const uint64_t expected_recvs = (ops + 3) / 4 + (ops + 2) / 4;
     const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (a_.completed < ops || b_.completed < ops || a_.received < expected_recvs ||
-           b_.received < expected_recvs) {
+    while (a_.completed < ops || b_.completed < ops || a_.received < expected_recvs || b_.received < expected_recvs) {
       ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-          << "no progress: A " << a_.completed << "/" << a_.received << ", B " << b_.completed << "/"
-          << b_.received;
+          << "no progress: A " << a_.completed << "/" << a_.received << ", B " << b_.completed << "/" << b_.received;
       for (auto [s, peer] : {std::pair<Side*, Side*>{&a_, &b_}, {&b_, &a_}}) {
         // One request in flight at a time keeps each buffer's contents defined
         // while it is on the wire; the window still fills with retransmissions.

@@ -16,16 +16,70 @@ class Scenario : public ::testing::Test {
 };
 
 TEST_F(Scenario, AcceptsEveryAction) {
-  EXPECT_EQ(load("seed = 3\n"
-                 "[[rule]]\nname = \"d\"\nprobability = 0.5\naction = \"drop\"\n"
-                 "[[rule]]\nclass = \"ack\"\nevery = 3\naction = \"duplicate\"\n"
-                 "[[rule]]\nopcode = \"RC_SEND_ONLY\"\nnth = 2\naction = \"corrupt\"\n"
-                 "[[rule]]\ndirection = \"tx\"\ndevice = \"fa\"\nqpn = 0x123\npsn = [1, 9]\naction = \"delay\"\ndelay_ms = 1\n"
-                 "[[rule]]\ncount = 4\naction = \"reorder\"\n"
-                 "[[rule]]\ndirection = \"rx\"\nclass = \"send\"\naction = \"nak\"\nsyndrome = \"remote_access_error\"\n"),
-            0)
+  EXPECT_EQ(
+      load(
+          "seed = 3\n"
+          "[[rule]]\nname = \"d\"\nprobability = 0.5\naction = \"drop\"\n"
+          "[[rule]]\nclass = \"ack\"\nevery = 3\naction = \"duplicate\"\n"
+          "[[rule]]\nopcode = \"RC_SEND_ONLY\"\nnth = 2\naction = \"corrupt\"\n"
+          "[[rule]]\ndirection = \"tx\"\ndevice = \"fa\"\nqpn = 0x123\npsn = [1, 9]\naction = \"delay\"\ndelay_ms = 1\n"
+          "[[rule]]\ncount = 4\naction = \"reorder\"\n"
+          "[[rule]]\ndirection = \"rx\"\nclass = \"send\"\naction = \"nak\"\nsyndrome = \"remote_access_error\"\n"),
+      0)
       << err_;
   EXPECT_EQ(softverbs_fault_hits("d"), 0u);
+}
+
+TEST_F(Scenario, AcceptsEveryVerbAndTimedAction) {
+  EXPECT_EQ(load("[[rule]]\nverb = \"post_send\"\nopcode = \"IBV_WR_RDMA_READ\"\nnth = 3\naction = \"fail\"\n"
+                 "errno = \"ENOMEM\"\n"
+                 "[[rule]]\nverb = \"post_recv\"\nqpn = 0x12\naction = \"fail\"\nerrno = 11\n"
+                 "[[rule]]\nverb = \"completion\"\nopcode = \"IBV_WC_RECV\"\naction = \"status\"\n"
+                 "status = \"IBV_WC_REM_ABORT_ERR\"\n"
+                 "[[rule]]\nverb = \"completion\"\nevery = 2\naction = \"drop\"\n"
+                 "[[rule]]\nverb = \"completion\"\naction = \"delay\"\ndelay_ms = 5\n"
+                 "[[rule]]\nverb = \"async_event\"\non_event = \"IBV_EVENT_PORT_ERR\"\naction = \"drop\"\n"
+                 "[[rule]]\nverb = \"post_send\"\naction = \"qp_error\"\ncount = 1\n"
+                 "[[rule]]\nat_ms = 100\ndevice = \"x\"\naction = \"port_down\"\nduration_ms = 50\n"
+                 "[[rule]]\nat_ms = 0\ndevice = \"x\"\naction = \"port_up\"\n"
+                 "[[rule]]\nat_ms = 10\ndevice = \"x\"\naction = \"event\"\nevent = \"IBV_EVENT_SM_CHANGE\"\nport = 1\n"
+                 "[[rule]]\nat_ms = 10\ndevice = \"x\"\nqpn = 5\naction = \"qp_error\"\n"
+                 "[[rule]]\nat_ms = 60000\ndevice = \"x\"\naction = \"device_fatal\"\n"),
+            0)
+      << err_;
+}
+
+TEST_F(Scenario, RejectsMalformedVerbAndTimedRules) {
+  struct Case {
+    const char* text;
+    const char* reason;
+  } cases[] = {
+      {"[[rule]]\nverb = \"post_poll\"\naction = \"fail\"\n", "verb must be"},
+      {"[[rule]]\nverb = \"post_send\"\naction = \"fail\"\n", "needs errno"},
+      {"[[rule]]\nverb = \"post_send\"\naction = \"fail\"\nerrno = \"EWHAT\"\n", "unknown errno"},
+      {"[[rule]]\nverb = \"post_send\"\naction = \"drop\"\n", "does not apply"},
+      {"[[rule]]\nverb = \"post_send\"\nopcode = \"IBV_WC_RECV\"\naction = \"qp_error\"\n", "unknown opcode"},
+      {"[[rule]]\nverb = \"completion\"\naction = \"status\"\n", "needs status"},
+      {"[[rule]]\nverb = \"completion\"\naction = \"status\"\nstatus = \"IBV_WC_OOPS\"\n", "unknown status"},
+      {"[[rule]]\nverb = \"completion\"\naction = \"fail\"\nerrno = \"EIO\"\n", "does not apply"},
+      {"[[rule]]\nverb = \"completion\"\nclass = \"send\"\naction = \"drop\"\n", "'class' does not apply"},
+      {"[[rule]]\nverb = \"async_event\"\naction = \"event\"\nevent = \"IBV_EVENT_SM_CHANGE\"\n", "does not apply"},
+      {"[[rule]]\nverb = \"post_recv\"\non_event = \"IBV_EVENT_SM_CHANGE\"\naction = \"qp_error\"\n",
+       "'on_event' does not apply"},
+      {"[[rule]]\nat_ms = 5\naction = \"drop\"\n", "does not apply to a timed rule"},
+      {"[[rule]]\nat_ms = 5\nnth = 2\naction = \"port_down\"\n", "'nth' does not apply"},
+      {"[[rule]]\nat_ms = 5\naction = \"qp_error\"\n", "needs qpn"},
+      {"[[rule]]\nat_ms = 5\naction = \"event\"\n", "needs event"},
+      {"[[rule]]\nat_ms = 5\naction = \"port_down\"\nport = 2\n", "port must be 1"},
+      {"[[rule]]\naction = \"port_down\"\n", "does not apply to a packet rule"},
+      {"[[rule]]\naction = \"drop\"\nerrno = \"EIO\"\n", "'errno' does not apply to a packet rule"},
+  };
+  for (const Case& c : cases) {
+    errno = 0;
+    EXPECT_EQ(load(c.text), -1) << c.text;
+    EXPECT_EQ(errno, EINVAL) << c.text;
+    EXPECT_NE(std::string(err_).find(c.reason), std::string::npos) << c.text << " -> " << err_;
+  }
 }
 
 TEST_F(Scenario, RejectsMalformedScenariosWithAReason) {

@@ -1,0 +1,201 @@
+// Two connected RC QPs on the two emulated devices of the test process
+// (SOFTVERBS_DEVICES=fa,fb), with bounded waits for completions and events.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <softverbs/faults.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace faults_test {
+
+constexpr int kWaitMs = 10000;  // generous: a hang fails the test, it never waits forever
+constexpr size_t kBuf = 64 * 1024;
+
+struct QpParams {
+  uint8_t timeout = 8;  // about 1 ms
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;
+  uint8_t min_rnr_timer = 1;
+  int cq_depth = 64;
+  bool with_srq = false;
+};
+
+struct Side {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_srq* srq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
+  ibv_gid gid{};
+  std::string device;
+};
+
+inline ibv_qp_state state_of(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr i{};
+  if (ibv_query_qp(qp, &a, IBV_QP_STATE, &i)) return static_cast<ibv_qp_state>(-1);
+  return a.qp_state;
+}
+
+// Polls until one completion arrives or kWaitMs pass; false on timeout.
+inline bool wait_wc(ibv_cq* cq, ibv_wc* wc, int ms = kWaitMs) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  do {
+    int n = ibv_poll_cq(cq, 1, wc);
+    if (n < 0) return false;
+    if (n == 1) return true;
+  } while (std::chrono::steady_clock::now() < end);
+  return false;
+}
+
+// Reads the next async event within ms (poll on the event descriptor).
+inline bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms = kWaitMs) {
+  pollfd p{ctx->async_fd, POLLIN, 0};
+  if (::poll(&p, 1, ms) != 1) return false;
+  return ibv_get_async_event(ctx, ev) == 0;
+}
+
+class PairTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    softverbs_faults_clear();
+    // A port a test took down comes back for the next test of this process.
+    for (Side* s : {&a_, &b_})
+      if (!s->device.empty()) (void)softverbs_port_set_state(s->device.c_str(), 1, 1);
+    for (Side* s : {&a_, &b_}) {
+      if (s->qp) ibv_destroy_qp(s->qp);
+      if (s->srq) ibv_destroy_srq(s->srq);
+      if (s->mr) ibv_dereg_mr(s->mr);
+      if (s->cq) ibv_destroy_cq(s->cq);
+      if (s->pd) ibv_dealloc_pd(s->pd);
+      if (s->ctx) ibv_close_device(s->ctx);
+    }
+    if (list_) ibv_free_device_list(list_);
+  }
+
+  // Opens both sides and connects them (call from the test, after any
+  // scenario that must see the setup).
+  void setup(const QpParams& p = {}) {
+    int n = 0;
+    list_ = ibv_get_device_list(&n);
+    ASSERT_GE(n, 2) << "needs two emulated devices (SOFTVERBS_DEVICES=fa,fb)";
+    for (int i = 0; i < 2; ++i) {
+      Side& s = i ? b_ : a_;
+      s.device = ibv_get_device_name(list_[i]);
+      s.ctx = ibv_open_device(list_[i]);
+      ASSERT_NE(s.ctx, nullptr);
+      s.pd = ibv_alloc_pd(s.ctx);
+      s.cq = ibv_create_cq(s.ctx, p.cq_depth, nullptr, nullptr, 0);
+      ASSERT_TRUE(s.pd && s.cq);
+      if (p.with_srq) {
+        ibv_srq_init_attr sa{};
+        sa.attr.max_wr = 16;
+        sa.attr.max_sge = 1;
+        s.srq = ibv_create_srq(s.pd, &sa);
+        ASSERT_NE(s.srq, nullptr);
+      }
+      ibv_qp_init_attr a{};
+      a.send_cq = a.recv_cq = s.cq;
+      a.srq = s.srq;
+      a.qp_type = IBV_QPT_RC;
+      a.cap = {16, 16, 1, 1, 0};
+      s.qp = ibv_create_qp(s.pd, &a);
+      ASSERT_NE(s.qp, nullptr);
+      s.mr = ibv_reg_mr(
+          s.pd, s.buf.data(), kBuf,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+      ASSERT_NE(s.mr, nullptr);
+      ASSERT_EQ(ibv_query_gid(s.ctx, 1, 1, &s.gid), 0);
+    }
+    ASSERT_NO_FATAL_FAILURE(connect(a_, b_, p));
+    ASSERT_NO_FATAL_FAILURE(connect(b_, a_, p));
+  }
+
+  static void connect(Side& s, const Side& peer, const QpParams& p) {
+    ibv_qp_attr x{};
+    x.qp_state = IBV_QPS_INIT;
+    x.port_num = 1;
+    x.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    ASSERT_EQ(ibv_modify_qp(s.qp, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    x = {};
+    x.qp_state = IBV_QPS_RTR;
+    x.path_mtu = IBV_MTU_1024;
+    x.dest_qp_num = peer.qp->qp_num;
+    x.rq_psn = 0;
+    x.max_dest_rd_atomic = 4;
+    x.min_rnr_timer = p.min_rnr_timer;
+    x.ah_attr.is_global = 1;
+    x.ah_attr.grh.dgid = peer.gid;
+    x.ah_attr.grh.sgid_index = 1;
+    x.ah_attr.grh.hop_limit = 64;
+    x.ah_attr.port_num = 1;
+    ASSERT_EQ(ibv_modify_qp(s.qp, &x,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+    x = {};
+    x.qp_state = IBV_QPS_RTS;
+    x.timeout = p.timeout;
+    x.retry_cnt = p.retry_cnt;
+    x.rnr_retry = p.rnr_retry;
+    x.sq_psn = 0;
+    x.max_rd_atomic = 4;
+    ASSERT_EQ(ibv_modify_qp(s.qp, &x,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+
+  // Posts one work request from s's buffer at `offset` (to the peer's at the
+  // same offset for RDMA); returns ibv_post_send's result.
+  static int post(Side& s, const Side& peer, ibv_wr_opcode op, uint32_t len, uint64_t wr_id = 1, uint32_t lkey = 0,
+                  uint32_t rkey = 0, uint64_t offset = 0) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf.data()) + offset, len, lkey ? lkey : s.mr->lkey};
+    ibv_send_wr wr{};
+    ibv_send_wr* bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+      wr.wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(peer.buf.data()) + offset;
+      wr.wr.atomic.rkey = rkey ? rkey : peer.mr->rkey;
+      wr.wr.atomic.compare_add = 1;
+    } else {
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(peer.buf.data()) + offset;
+      wr.wr.rdma.rkey = rkey ? rkey : peer.mr->rkey;
+    }
+    return ibv_post_send(s.qp, &wr, &bad);
+  }
+
+  static int post_recv(Side& s, uint32_t len, uint64_t wr_id = 100, uint32_t lkey = 0) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf.data()), len, lkey ? lkey : s.mr->lkey};
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return s.srq ? ibv_post_srq_recv(s.srq, &wr, &bad) : ibv_post_recv(s.qp, &wr, &bad);
+  }
+
+  int load(const std::string& text) {
+    char err[256] = {};
+    int rc = softverbs_faults_load(text.c_str(), err, sizeof err);
+    EXPECT_EQ(rc, 0) << err;
+    return rc;
+  }
+
+  ibv_device** list_ = nullptr;
+  Side a_, b_;
+};
+
+}  // namespace faults_test
