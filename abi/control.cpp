@@ -1,10 +1,13 @@
 // The softverbs control API (include/softverbs/faults.h), node SOFTVERBS_0.1.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "abi/export.hpp"
 #include "emu/objects.hpp"
 #include "emu/provider.hpp"
+#include "hw/faults.hpp"
+#include "hw/provider.hpp"
 #include "softverbs/events.hpp"
 #include "softverbs/faults.h"
 #include "transport/faults.hpp"
@@ -74,8 +77,12 @@ SV_EXPORT int softverbs_device_counters(const char* device_name, struct softverb
 
 namespace {
 
+// The emulated device of that name, if the emu backend serves this process
+// (with SOFTVERBS_BACKEND=hw there are no emulated devices to act on).
 softverbs::emu::Device* emu_device(const char* name) {
   if (!name) return nullptr;
+  const auto& list = softverbs::providers();
+  if (std::find(list.begin(), list.end(), &softverbs::emu::EmuProvider::instance()) == list.end()) return nullptr;
   for (softverbs::emu::Device* d : softverbs::emu::DeviceRegistry::instance().devices())
     if (d->name() == name) return d;
   return nullptr;
@@ -114,8 +121,18 @@ SV_EXPORT int softverbs_device_fatal(const char* device_name) {
   });
 }
 
+static bool on_hw(ibv_context* context) {
+  return context && softverbs::abi::owner_of(context) == &softverbs::hw::HwProvider::instance();
+}
+
 SV_EXPORT int softverbs_qp_force_error(struct ibv_qp* qp) {
   return softverbs::abi::guarded(-1, [&] {
+    if (qp && on_hw(qp->context)) {
+      // A real QP: moved to the error state through the passthrough, and the
+      // event injected (a real device raises none for that).
+      int rc = softverbs::hw::force_qp_error(qp);
+      return rc ? fail_errno(rc) : 0;
+    }
     if (!qp || !emu_context(qp->context)) return fail_errno(ENODEV);
     softverbs::emu::Qp::from(qp)->force_error(true);
     return 0;
@@ -125,7 +142,8 @@ SV_EXPORT int softverbs_qp_force_error(struct ibv_qp* qp) {
 SV_EXPORT int softverbs_raise_async_event(struct ibv_context* context, const struct ibv_async_event* ev) {
   return softverbs::abi::guarded(-1, [&] {
     softverbs::emu::Context* ctx = emu_context(context);
-    if (!ctx) return fail_errno(ENODEV);
+    const bool hw = on_hw(context);
+    if (!ctx && !hw) return fail_errno(ENODEV);
     if (!ev) return fail_errno(EINVAL);
     switch (softverbs::event_element(ev->event_type)) {
       case softverbs::EventElement::cq:
@@ -138,17 +156,25 @@ SV_EXPORT int softverbs_raise_async_event(struct ibv_context* context, const str
         if (!ev->element.srq || ev->element.srq->context != context) return fail_errno(EINVAL);
         break;
       case softverbs::EventElement::port:
+        if (ev->element.port_num < 1) return fail_errno(EINVAL);
+        if (hw) break;  // a real device's other contexts are not known: this one only
         if (ev->element.port_num != 1) return fail_errno(EINVAL);
         ctx->device().post_device_event(ev->event_type, 1);
         return 0;
       case softverbs::EventElement::device:
         if (ev->event_type != IBV_EVENT_DEVICE_FATAL) return fail_errno(EINVAL);
+        if (hw) break;
         ctx->device().post_device_event(ev->event_type, 0);
         return 0;
       case softverbs::EventElement::wq:
-        return fail_errno(EINVAL);  // no work queue objects
+        if (hw && ev->element.wq && ev->element.wq->context == context) break;
+        return fail_errno(EINVAL);  // emulated devices have no work queue objects
     }
-    ctx->post_async_event(*ev);
+    if (hw) {
+      softverbs::hw::inject_async_event(context, *ev);
+    } else {
+      ctx->post_async_event(*ev);
+    }
     return 0;
   });
 }

@@ -27,6 +27,22 @@ static_assert(offsetof(verbs_context, context) == 320 && sizeof(verbs_context) =
               "verbs_context must have rdma-core 44's layout");
 
 std::shared_mutex g_mu;
+DataPathOps g_hooks;  // under g_mu; all NULL: the data path is the real library's
+bool g_hooked = false;
+
+void install_hooks_locked(ibv_context* ctx, const SavedSlots& saved) {
+  const ibv_context_ops& orig = saved.vctx.context.ops;
+  ibv_context_ops& ops = ctx->ops;
+  if (g_hooked) {
+    if (orig.post_send) ops.post_send = g_hooks.post_send;
+    if (orig.post_recv) ops.post_recv = g_hooks.post_recv;
+    if (orig.poll_cq) ops.poll_cq = g_hooks.poll_cq;
+  } else {
+    ops.post_send = orig.post_send;
+    ops.post_recv = orig.post_recv;
+    ops.poll_cq = orig.poll_cq;
+  }
+}
 std::unordered_map<ibv_context*, SavedSlotsPtr>& saved_slots() {
   // Never destroyed: a trampoline may run during exit, after static destructors.
   static auto* map = new std::unordered_map<ibv_context*, SavedSlotsPtr>;
@@ -112,6 +128,7 @@ void patch_context(ibv_context* ctx) noexcept {
     auto saved = SavedSlotsPtr(new SavedSlots);
     std::memcpy(static_cast<void*>(&saved->vctx), vctx, sizeof *vctx);
     std::unique_lock lock(g_mu);
+    if (g_hooked) install_hooks_locked(ctx, *saved);
     saved_slots()[ctx] = std::move(saved);
   } catch (...) {
     // Out of memory. The context stays fully usable, unwrapped: only the errno
@@ -185,5 +202,22 @@ void restore_context(ibv_context* ctx, SavedSlotsPtr saved) {
 }
 
 QueryPortFn original_query_port(ibv_context* ctx) { return original(ctx, &verbs_context::query_port); }
+
+DataPathOps original_data_path(ibv_context* ctx) {
+  std::shared_lock lock(g_mu);
+  auto it = saved_slots().find(ctx);
+  if (it == saved_slots().end()) return {};
+  const ibv_context_ops& ops = it->second->vctx.context.ops;
+  return DataPathOps{ops.post_send, ops.post_recv, ops.poll_cq};
+}
+
+void set_data_path_hooks(const DataPathOps* hooks) {
+  std::unique_lock lock(g_mu);
+  g_hooked = hooks != nullptr;
+  g_hooks = hooks ? *hooks : DataPathOps{};
+  // A pointer-sized store: a thread inside the old function finishes there, the
+  // next call takes the new one.
+  for (auto& [ctx, saved] : saved_slots()) install_hooks_locked(ctx, *saved);
+}
 
 }  // namespace softverbs::hw

@@ -38,6 +38,20 @@ using SavedSlotsPtr = std::unique_ptr<SavedSlots, SavedSlotsDeleter>;
 SavedSlotsPtr unpatch_context(ibv_context* ctx);
 void restore_context(ibv_context* ctx, SavedSlotsPtr saved);
 
+// The data-path functions of a context's ops that the fault layer can hook.
+struct DataPathOps {
+  int (*post_send)(ibv_qp*, ibv_send_wr*, ibv_send_wr**) = nullptr;
+  int (*post_recv)(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
+  int (*poll_cq)(ibv_cq*, int, ibv_wc*) = nullptr;
+};
+// The real library's own data-path functions of a patched context (all NULL for
+// an unknown one).
+DataPathOps original_data_path(ibv_context* ctx);
+// Points the data path of every patched context, and of those opened later, at
+// `hooks` (which call original_data_path()); nullptr puts the originals back.
+// Only done while verb fault rules exist: otherwise the data path is untouched.
+void set_data_path_hooks(const DataPathOps* hooks);
+
 // The original (real library's) query_port slot of a patched context, or NULL.
 using QueryPortFn = int (*)(ibv_context*, uint8_t, ibv_port_attr*, size_t);
 QueryPortFn original_query_port(ibv_context* ctx);

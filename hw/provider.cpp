@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "hw/context.hpp"
+#include "hw/faults.hpp"
 #include "hw/namespace.hpp"
 #include "softverbs/log.hpp"
 
@@ -109,6 +110,7 @@ int HwProvider::get_device_index(ibv_device* device) {
 }
 
 ibv_context* HwProvider::open_device(ibv_device* device) {
+  start_fault_hooks();
   ibv_context* ctx = live().call(real().open_device, device);
   if (ctx) patch_context(ctx);
   return ctx;
@@ -125,7 +127,11 @@ ibv_context* HwProvider::import_device(int cmd_fd) {
 int HwProvider::close_device(ibv_context* context) {
   SavedSlotsPtr saved = unpatch_context(context);
   int rc = live().call(real().close_device, context);
-  if (rc != 0) restore_context(context, std::move(saved));
+  if (rc != 0) {
+    restore_context(context, std::move(saved));
+  } else {
+    forget_context(context);
+  }
   return rc;
 }
 
@@ -205,10 +211,20 @@ int HwProvider::get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pk
 // blocking reads from other threads behave as with rdma-core.
 
 int HwProvider::get_async_event(ibv_context* context, ibv_async_event* event) {
-  return live().call(real().get_async_event, context, event);
+  // Events injected by the fault layer first; then the device's own, less those
+  // an async event rule drops (acknowledged here, so destroy does not wait).
+  for (;;) {
+    if (take_injected_event(context, event)) return 0;
+    int rc = live().call(real().get_async_event, context, event);
+    if (rc != 0 || !drop_device_event(context, *event)) return rc;
+    live().call(real().ack_async_event, event);
+  }
 }
 
-void HwProvider::ack_async_event(ibv_async_event* event) { live().call(real().ack_async_event, event); }
+void HwProvider::ack_async_event(ibv_async_event* event) {
+  if (ack_injected_event(event)) return;
+  live().call(real().ack_async_event, event);
+}
 
 ibv_comp_channel* HwProvider::create_comp_channel(ibv_context* context) {
   return live().call(real().create_comp_channel, context);

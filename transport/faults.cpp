@@ -572,6 +572,7 @@ bool FaultEngine::load(std::string_view text, std::string* error) {
   }
   std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
   TimedScheduler scheduler;
+  const bool was_active = verbs_active();
   {
     std::lock_guard lock(mu_);
     if (seed) seed_ = *seed;
@@ -585,14 +586,35 @@ bool FaultEngine::load(std::string_view text, std::string* error) {
   }
   if (scheduler)
     for (auto [index, gen, at] : timed) scheduler(index, gen, at);
+  notify_verbs_listeners(was_active);
   return true;
 }
 
 void FaultEngine::clear() {
+  const bool was_active = verbs_active();
+  {
+    std::lock_guard lock(mu_);
+    rules_.clear();
+    ++generation_;
+    update_flags_locked();
+  }
+  notify_verbs_listeners(was_active);
+}
+
+void FaultEngine::add_verbs_listener(std::function<void(bool)> listener) {
   std::lock_guard lock(mu_);
-  rules_.clear();
-  ++generation_;
-  update_flags_locked();
+  verbs_listeners_.push_back(std::move(listener));
+}
+
+void FaultEngine::notify_verbs_listeners(bool was_active) {
+  const bool now = verbs_active();
+  if (now == was_active) return;
+  std::vector<std::function<void(bool)>> listeners;
+  {
+    std::lock_guard lock(mu_);
+    listeners = verbs_listeners_;
+  }
+  for (auto& l : listeners) l(now);
 }
 
 void FaultEngine::update_flags_locked() {

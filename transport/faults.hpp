@@ -159,6 +159,9 @@ class FaultEngine {
   FaultDecision fire_timed(size_t index, uint64_t generation);
   // Timed rules already loaded are handed over at once; later ones as they load.
   void set_timed_scheduler(TimedScheduler scheduler);
+  // Called (outside the engine's lock) whenever verbs_active() changes, e.g. so
+  // that a backend can put its verb hooks in place only while verb rules exist.
+  void add_verbs_listener(std::function<void(bool active)> listener);
 
   // How many times the named rule fired (0 if there is none).
   uint64_t hits(std::string_view rule_name);
@@ -181,6 +184,8 @@ class FaultEngine {
   std::atomic<bool> verbs_active_{false};
   uint64_t generation_ = 0;  // bumped by clear(): pending timed rules lapse
   TimedScheduler scheduler_;
+  std::vector<std::function<void(bool)>> verbs_listeners_;
+  void notify_verbs_listeners(bool was_active);
   uint64_t seed_ = 1;
   std::vector<State> rules_;
   std::FILE* log_ = nullptr;

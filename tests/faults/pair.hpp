@@ -177,6 +177,23 @@ class PairTest : public ::testing::Test {
     return ibv_post_send(s.qp, &wr, &bad);
   }
 
+  // A chain of n signaled 64-byte RDMA WRITEs (wr_id 1..n) from s to peer.
+  template <size_t N>
+  static void write_chain(Side& s, const Side& peer, ibv_sge& sge, ibv_send_wr (&wr)[N]) {
+    sge = {reinterpret_cast<uintptr_t>(s.buf.data()), 64, s.mr->lkey};
+    for (size_t i = 0; i < N; ++i) {
+      wr[i] = {};
+      wr[i].wr_id = i + 1;
+      wr[i].opcode = IBV_WR_RDMA_WRITE;
+      wr[i].sg_list = &sge;
+      wr[i].num_sge = 1;
+      wr[i].send_flags = IBV_SEND_SIGNALED;
+      wr[i].wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(peer.buf.data());
+      wr[i].wr.rdma.rkey = peer.mr->rkey;
+      wr[i].next = i + 1 < N ? &wr[i + 1] : nullptr;
+    }
+  }
+
   static int post_recv(Side& s, uint32_t len, uint64_t wr_id = 100, uint32_t lkey = 0) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf.data()), len, lkey ? lkey : s.mr->lkey};
     ibv_recv_wr wr{};

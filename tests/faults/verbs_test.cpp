@@ -16,18 +16,9 @@ TEST_F(VerbFault, PostSendFailsWithTheRulesErrno) {
   load(
       "[[rule]]\nname = \"nomem\"\nverb = \"post_send\"\nopcode = \"IBV_WR_RDMA_WRITE\"\nnth = 2\n"
       "action = \"fail\"\nerrno = \"ENOMEM\"\n");
-  ibv_sge sge{reinterpret_cast<uintptr_t>(a_.buf.data()), 64, a_.mr->lkey};
-  ibv_send_wr wr[3]{};
-  for (int i = 0; i < 3; ++i) {
-    wr[i].wr_id = static_cast<uint64_t>(i + 1);
-    wr[i].opcode = IBV_WR_RDMA_WRITE;
-    wr[i].sg_list = &sge;
-    wr[i].num_sge = 1;
-    wr[i].send_flags = IBV_SEND_SIGNALED;
-    wr[i].wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b_.buf.data());
-    wr[i].wr.rdma.rkey = b_.mr->rkey;
-    wr[i].next = i < 2 ? &wr[i + 1] : nullptr;
-  }
+  ibv_sge sge{};
+  ibv_send_wr wr[3];
+  write_chain(a_, b_, sge, wr);
   ibv_send_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_send(a_.qp, wr, &bad), ENOMEM);
   EXPECT_EQ(bad, &wr[1]);
