@@ -218,24 +218,10 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return EINVAL;
     }
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq_.max_sge()) {
+    if (int rc = post_recv_wqe(rq_, *wr)) {
       *bad_wr = wr;
-      return EINVAL;
+      return rc;
     }
-    if (rq_.full()) {
-      *bad_wr = wr;
-      return ENOMEM;
-    }
-    RecvWqe& wqe = rq_.next();
-    wqe.wr_id = wr->wr_id;
-    wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-    wqe.total_length = 0;
-    Sge* sges = rq_.next_sges();
-    for (int i = 0; i < wr->num_sge; ++i) {
-      sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-      wqe.total_length += wr->sg_list[i].length;
-    }
-    rq_.push();
   }
   // Work requests posted to a QP in the error state complete at once, flushed.
   if (state == IBV_QPS_ERR) flush_locked();

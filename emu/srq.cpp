@@ -26,24 +26,10 @@ Srq::~Srq() {
 int Srq::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   std::lock_guard lock(mu);
   for (; wr; wr = wr->next) {
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > rq.max_sge()) {
+    if (int rc = post_recv_wqe(rq, *wr)) {
       *bad_wr = wr;
-      return EINVAL;
+      return rc;
     }
-    if (rq.full()) {
-      *bad_wr = wr;
-      return ENOMEM;
-    }
-    RecvWqe& wqe = rq.next();
-    wqe.wr_id = wr->wr_id;
-    wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-    wqe.total_length = 0;
-    Sge* sges = rq.next_sges();
-    for (int i = 0; i < wr->num_sge; ++i) {
-      sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-      wqe.total_length += wr->sg_list[i].length;
-    }
-    rq.push();
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -118,5 +119,23 @@ class WorkQueue {
   std::vector<Sge> sges_;
   std::vector<uint8_t> inline_;
 };
+
+// Posts one receive work request to a receive queue (a QP's or an SRQ's): 0, or
+// EINVAL (too many SGEs) / ENOMEM (queue full) with nothing queued.
+inline int post_recv_wqe(WorkQueue<RecvWqe>& rq, const ibv_recv_wr& wr) {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq.max_sge()) return EINVAL;
+  if (rq.full()) return ENOMEM;
+  RecvWqe& wqe = rq.next();
+  wqe.wr_id = wr.wr_id;
+  wqe.num_sge = static_cast<uint32_t>(wr.num_sge);
+  wqe.total_length = 0;
+  Sge* sges = rq.next_sges();
+  for (int i = 0; i < wr.num_sge; ++i) {
+    sges[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    wqe.total_length += wr.sg_list[i].length;
+  }
+  rq.push();
+  return 0;
+}
 
 }  // namespace softverbs::emu
