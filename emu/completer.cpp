@@ -243,6 +243,12 @@ void Qp::completer_locked(const PacketView& pkt) {
         return;
       } else if (a.is_nak()) {
         device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
+        // A sequence NAK past a read or atomic still waiting for its response
+        // says the responder executed it: the response was lost (again). Ask
+        // for it again with every such NAK, not only the first time its gap was
+        // seen, or the NAKs would spend the retries while the response never
+        // comes back.
+        if (a.nak_code() == NakCode::psn_sequence_error) gap_rewind_psn_ = 0xffffffff;
         ack_through(psn);
         if (a.nak_code() == NakCode::psn_sequence_error) {
           // Already resending from there (after an RNR NAK, a timeout or an

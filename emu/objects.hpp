@@ -444,6 +444,7 @@ class Qp {
   // responder
   void responder_locked(const transport::PacketView& pkt, in_addr src);
   void send_ack_locked(transport::Aeth aeth, uint32_t psn);
+  void rnr_nak_locked(uint32_t psn);
   bool take_recv_wqe_locked();
   void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm, uint32_t imm,
                             bool with_inv, bool solicited);

@@ -242,9 +242,7 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
       if (!take_recv_wqe_locked()) {
         mr_lock.unlock();
         if (rc) {
-          // Receiver not ready (IBTA 9.7.5.2.8): the requester waits and retries.
-          device().counters().rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-          send_ack_locked(Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
+          rnr_nak_locked(psn);
         } else {
           uc_drop_ = !op.ends_message();
         }
@@ -283,8 +281,7 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
       if (op.needs_recv_wqe && !take_recv_wqe_locked()) {
         mr_lock.unlock();
         if (rc) {
-          device().counters().rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-          send_ack_locked(Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
+          rnr_nak_locked(psn);
         } else {
           uc_drop_ = !op.ends_message();
         }
@@ -366,6 +363,16 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
     // Acknowledge when asked (coalescing the rest, IBTA 9.7.5.1.3).
     if (pkt.bth.ack_req) send_ack_locked(Aeth::ack(msn_), psn);
   }
+}
+
+void Qp::rnr_nak_locked(uint32_t psn) {
+  // Receiver not ready (IBTA 9.7.5.2.8): the request is not executed and the
+  // requester will send it again after the RNR timer. The packets it already has in
+  // flight behind it are dropped silently, like those after a sequence NAK: a
+  // sequence NAK for them would only start a second, competing retransmission.
+  nak_sent_ = true;
+  device().counters().rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+  send_ack_locked(Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
 }
 
 void Qp::forge_nak(uint32_t psn, uint8_t syndrome) {
