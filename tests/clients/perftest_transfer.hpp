@@ -44,6 +44,7 @@ struct PerftestCase {
   uint64_t iters = 0;
   std::string connection = "RC";
   std::string title;  // a word of the test's title line, e.g. "CMP_AND_SWAP"; empty: not checked
+  size_t qps = 1;     // -q: one address line per QP on each side
 
   bool latency() const { return program.ends_with("_lat"); }
   // The servers that take part in the measurement print the same table; the others
@@ -210,15 +211,17 @@ inline void run_and_check(const PerftestCase& c) {
     if (!c.title.empty()) {
       EXPECT_NE(o->title.find(c.title), std::string::npos) << side << ": " << o->title;
     }
-    ASSERT_EQ(o->local.size(), 1u) << side << "\n" << all;
-    ASSERT_EQ(o->remote.size(), 1u) << side << "\n" << all;
+    ASSERT_EQ(o->local.size(), c.qps) << side << "\n" << all;
+    ASSERT_EQ(o->remote.size(), c.qps) << side << "\n" << all;
   }
 
   // What one side sent is what the other received, and it names the right device.
-  EXPECT_EQ(s.local[0].qpn, cl.remote[0].qpn) << all;
-  EXPECT_EQ(s.local[0].psn, cl.remote[0].psn) << all;
-  EXPECT_EQ(cl.local[0].qpn, s.remote[0].qpn) << all;
-  EXPECT_EQ(cl.local[0].psn, s.remote[0].psn) << all;
+  for (size_t q = 0; q < c.qps; ++q) {
+    EXPECT_EQ(s.local[q].qpn, cl.remote[q].qpn) << all;
+    EXPECT_EQ(s.local[q].psn, cl.remote[q].psn) << all;
+    EXPECT_EQ(cl.local[q].qpn, s.remote[q].qpn) << all;
+    EXPECT_EQ(cl.local[q].psn, s.remote[q].psn) << all;
+  }
   for (const auto& [side, a, dev] : {std::tuple{"server", s.local[0], sdev}, std::tuple{"client", cl.local[0], cdev}}) {
     if (c.link == Link::roce) {
       EXPECT_EQ(a.lid, "0000") << side << "\n" << all;

@@ -41,6 +41,17 @@ std::vector<PerftestCase> cases() {
     v.push_back(make_case(std::string("RcCompareSwap_") + p, p, with(rc_base, {"-A", "CMP_AND_SWAP", "-n", "200"}),
                           Link::roce, {8}, 200, "RC", "CMP_AND_SWAP"));
 
+  // Many QPs at once (flow control): 16 RC QPs each keep their window of packets in
+  // flight towards one receiving process; the receiver's socket buffer must absorb
+  // them, or the transport must recover what it drops.
+  for (auto [program, qps, iters] : {std::tuple{"ib_write_bw", 16, 2000}, std::tuple{"ib_send_bw", 8, 1000}}) {
+    PerftestCase m = make_case(std::string("RcManyQps_") + program, program,
+                               with(rc_base, {"-q", std::to_string(qps), "-n", std::to_string(iters)}), Link::roce,
+                               {65536}, static_cast<uint64_t>(iters) * qps);  // perftest counts every QP's
+    m.qps = static_cast<size_t>(qps);
+    v.push_back(m);
+  }
+
   // UC over RoCEv2. Nothing recovers a lost UC packet, and the server of
   // ib_send_bw waits for every message: the whole run must fit in what the server
   // can absorb without reading. 64 messages of 64 KiB stay below the server's 512
