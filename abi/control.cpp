@@ -58,7 +58,7 @@ SV_EXPORT uint64_t softverbs_fault_hits(const char* rule_name) {
 }
 
 SV_EXPORT int softverbs_device_counters(const char* device_name, struct softverbs_counters* out, size_t size) {
-  for (softverbs::emu::Device* d : softverbs::emu::DeviceRegistry::instance().devices()) {
+  for (softverbs::emu::Device* d : softverbs::abi::emu_devices()) {
     if (!device_name || d->name() != device_name) continue;
     const auto& c = d->counters();
     softverbs_counters v{c.tx_packets.load(),         c.rx_packets.load(),      c.rx_icrc_errors.load(),
@@ -81,9 +81,7 @@ namespace {
 // (with SOFTVERBS_BACKEND=hw there are no emulated devices to act on).
 softverbs::emu::Device* emu_device(const char* name) {
   if (!name) return nullptr;
-  const auto& list = softverbs::providers();
-  if (std::find(list.begin(), list.end(), &softverbs::emu::EmuProvider::instance()) == list.end()) return nullptr;
-  for (softverbs::emu::Device* d : softverbs::emu::DeviceRegistry::instance().devices())
+  for (softverbs::emu::Device* d : softverbs::abi::emu_devices())
     if (d->name() == name) return d;
   return nullptr;
 }

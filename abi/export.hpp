@@ -12,7 +12,15 @@
 
 #define SV_EXPORT extern "C" __attribute__((visibility("default")))
 
+namespace softverbs::emu {
+class Device;
+}
+
 namespace softverbs::abi {
+
+// The emulated devices, when the emu backend serves this process; none with
+// SOFTVERBS_BACKEND=hw (so nothing creates them, or claims their addresses, then).
+const std::vector<emu::Device*>& emu_devices();
 
 // The provider that listed this device, or NULL for a pointer no provider owns.
 Provider* owner_of(ibv_device* device);

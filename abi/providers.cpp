@@ -1,8 +1,10 @@
 // Which backends serve this process: SOFTVERBS_BACKEND=emu (default), hw, or both.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "abi/export.hpp"
+#include "emu/objects.hpp"
 #include "emu/provider.hpp"
 #include "hw/provider.hpp"
 
@@ -22,5 +24,16 @@ const std::vector<Provider*>& providers() {
   }();
   return list;
 }
+
+namespace abi {
+
+const std::vector<emu::Device*>& emu_devices() {
+  static const std::vector<emu::Device*> none;
+  const auto& list = providers();
+  if (std::find(list.begin(), list.end(), &emu::EmuProvider::instance()) == list.end()) return none;
+  return emu::DeviceRegistry::instance().devices();
+}
+
+}  // namespace abi
 
 }  // namespace softverbs

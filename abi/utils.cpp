@@ -26,8 +26,13 @@ const char* lookup(const char* const (&table)[N], long index) {
 
 SV_EXPORT const char* ibv_node_type_str(enum ibv_node_type node_type) {
   static const char* const names[] = {"unknown",  // IBV_NODE_UNKNOWN (-1) is outside
-                                      "InfiniBand channel adapter", "InfiniBand switch", "InfiniBand router",
-                                      "iWARP NIC", "usNIC", "usNIC UDP", "unspecified"};
+                                      "InfiniBand channel adapter",
+                                      "InfiniBand switch",
+                                      "InfiniBand router",
+                                      "iWARP NIC",
+                                      "usNIC",
+                                      "usNIC UDP",
+                                      "unspecified"};
   // IBV_NODE_CA is 1: the table is indexed by the enum value.
   return lookup(names, node_type);
 }
@@ -98,13 +103,13 @@ struct RateRow {
 };
 
 constexpr RateRow kRates[] = {
-    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},       {IBV_RATE_10_GBPS, 4, 10000},
-    {IBV_RATE_20_GBPS, 8, 20000},     {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
-    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},    {IBV_RATE_120_GBPS, 48, 120000},
-    {IBV_RATE_14_GBPS, -1, 14062},    {IBV_RATE_56_GBPS, -1, 56250},    {IBV_RATE_112_GBPS, -1, 112500},
-    {IBV_RATE_168_GBPS, -1, 168750},  {IBV_RATE_25_GBPS, -1, 25781},    {IBV_RATE_100_GBPS, -1, 103125},
-    {IBV_RATE_200_GBPS, -1, 206250},  {IBV_RATE_300_GBPS, -1, 309375},  {IBV_RATE_28_GBPS, 11, 28125},
-    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000}, {IBV_RATE_600_GBPS, 240, 637500},
+    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},         {IBV_RATE_10_GBPS, 4, 10000},
+    {IBV_RATE_20_GBPS, 8, 20000},     {IBV_RATE_30_GBPS, 12, 30000},      {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},      {IBV_RATE_120_GBPS, 48, 120000},
+    {IBV_RATE_14_GBPS, -1, 14062},    {IBV_RATE_56_GBPS, -1, 56250},      {IBV_RATE_112_GBPS, -1, 112500},
+    {IBV_RATE_168_GBPS, -1, 168750},  {IBV_RATE_25_GBPS, -1, 25781},      {IBV_RATE_100_GBPS, -1, 103125},
+    {IBV_RATE_200_GBPS, -1, 206250},  {IBV_RATE_300_GBPS, -1, 309375},    {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000},   {IBV_RATE_600_GBPS, 240, 637500},
     {IBV_RATE_800_GBPS, 320, 850000}, {IBV_RATE_1200_GBPS, 480, 1275000},
 };
 
@@ -159,8 +164,7 @@ SV_EXPORT void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr* dst, struct ib_uve
   dst->sq_psn = src->sq_psn;
   dst->dest_qp_num = src->dest_qp_num;
   dst->qp_access_flags = static_cast<int>(src->qp_access_flags);
-  dst->cap = ibv_qp_cap{src->max_send_wr, src->max_recv_wr, src->max_send_sge, src->max_recv_sge,
-                        src->max_inline_data};
+  dst->cap = ibv_qp_cap{src->max_send_wr, src->max_recv_wr, src->max_send_sge, src->max_recv_sge, src->max_inline_data};
   ibv_copy_ah_attr_from_kern(&dst->ah_attr, &src->ah_attr);
   ibv_copy_ah_attr_from_kern(&dst->alt_ah_attr, &src->alt_ah_attr);
   dst->pkey_index = src->pkey_index;
@@ -230,7 +234,7 @@ SV_EXPORT const char* ibv_get_sysfs_path(void) {
 
 SV_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   // Emulated devices have no sysfs directory: their attributes are served here.
-  for (softverbs::emu::Device* dev : softverbs::emu::DeviceRegistry::instance().devices()) {
+  for (softverbs::emu::Device* dev : softverbs::abi::emu_devices()) {
     if (std::strcmp(dir, dev->ibv()->ibdev_path) != 0) continue;
     std::string value;
     if (!dev->sysfs_attr(file, &value)) {

@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "emu/caps.hpp"
-#include "emu/objects.hpp"
 #include "emu/fault_actions.hpp"
+#include "emu/objects.hpp"
 #include "softverbs/log.hpp"
 
 namespace softverbs::emu {
@@ -177,8 +177,8 @@ void Device::fill_port_attr(ibv_port_attr* attr) const {
   attr->active_width = caps::kActiveWidth;
   attr->active_speed = caps::kActiveSpeed;
   attr->phys_state = port_active() ? caps::kPhysStateLinkUp
-                     : fatal()       ? caps::kPhysStateDisabled
-                                     : caps::kPhysStatePolling;
+                     : fatal()     ? caps::kPhysStateDisabled
+                                   : caps::kPhysStatePolling;
   attr->link_layer = eth ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
 }
 
@@ -218,14 +218,22 @@ bool Device::gid_entry(uint32_t index, ibv_gid_entry* entry) const {
 }
 
 bool Device::sysfs_attr(const std::string& attr, std::string* value) const {
-  if (attr == "board_id") *value = caps::kBoardId;
-  else if (attr == "fw_ver") *value = caps::kFwVer;
-  else if (attr == "hw_rev") *value = std::to_string(caps::kHwVer);
-  else if (attr == "hca_type") *value = "softverbs-emu";
-  else if (attr == "node_type") *value = "1: CA";
-  else if (attr == "node_guid" || attr == "sys_image_guid") *value = guid_str(guid_);
-  else if (attr == "node_desc") *value = "softverbs emulated device " + config_.name + " (" + addr_str(addr_) + ")";
-  else return false;
+  if (attr == "board_id")
+    *value = caps::kBoardId;
+  else if (attr == "fw_ver")
+    *value = caps::kFwVer;
+  else if (attr == "hw_rev")
+    *value = std::to_string(caps::kHwVer);
+  else if (attr == "hca_type")
+    *value = "softverbs-emu";
+  else if (attr == "node_type")
+    *value = "1: CA";
+  else if (attr == "node_guid" || attr == "sys_image_guid")
+    *value = guid_str(guid_);
+  else if (attr == "node_desc")
+    *value = "softverbs emulated device " + config_.name + " (" + addr_str(addr_) + ")";
+  else
+    return false;
   return true;
 }
 
@@ -298,10 +306,9 @@ void log_counters_at_exit() {
     SV_LOG(kInfo,
            "device %s: tx %lu rx %lu icrc_err %lu malformed %lu unknown_qp %lu dropped %lu retransmits %lu "
            "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu",
-           d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(),
-           c.rx_malformed.load(), c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(),
-           c.timeouts.load(), c.naks_sent.load(), c.naks_received.load(), c.rnr_naks_sent.load(),
-           c.rnr_naks_received.load(), c.duplicates.load());
+           d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(), c.rx_malformed.load(),
+           c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(), c.timeouts.load(), c.naks_sent.load(),
+           c.naks_received.load(), c.rnr_naks_sent.load(), c.rnr_naks_received.load(), c.duplicates.load());
   }
 }
 
@@ -338,15 +345,27 @@ const std::vector<Device*>& DeviceRegistry::devices() {
           continue;
         }
       } else {
-        for (uint32_t tries = 0; tries < span && fd < 0; ++tries) {
+        // Addresses in use are skipped. So many in a row means the port is held on
+        // every address (a wildcard bind of UDP 4791, as the kernel's rdma_rxe
+        // does): no point trying the whole range.
+        constexpr uint32_t kGiveUpAfter = 256;
+        uint32_t tries = 0;
+        for (; tries < span && fd < 0; ++tries) {
           addr.s_addr = htonl(kAutoFirst + probe);
           probe = (probe + 1) % span;
           fd = bind_endpoint(addr);
-          if (fd < 0 && fd != -EADDRINUSE) break;
+          if (fd < 0 && (fd != -EADDRINUSE || tries + 1 >= kGiveUpAfter)) break;
         }
         if (fd < 0) {
-          SV_LOG(kError, "device %s: no free loopback address for its RoCEv2 endpoint: %s", dc.name.c_str(),
-                 std::strerror(-fd));
+          if (fd == -EADDRINUSE)
+            SV_LOG(kError,
+                   "device %s: UDP port %u is in use on %u loopback addresses in a row: something holds it on "
+                   "every address (a kernel RoCE driver such as rdma_rxe binds 0.0.0.0:%u); run the program in "
+                   "a network namespace of its own",
+                   dc.name.c_str(), kRoceV2Port, tries + 1, kRoceV2Port);
+          else
+            SV_LOG(kError, "device %s: no loopback address for its RoCEv2 endpoint: %s", dc.name.c_str(),
+                   std::strerror(-fd));
           continue;
         }
       }

@@ -6,6 +6,7 @@
 #include <gnu/lib-names.h>
 #include <infiniband/verbs.h>
 #include <link.h>
+#include <softverbs/faults.h>
 #include <sys/single_threaded.h>
 #include <unistd.h>
 
@@ -287,5 +288,41 @@ TEST_F(Passthrough, DeviceListsAreTheRealLibrarysAndAreReleasedThroughIt) {
 }
 
 TEST_F(Passthrough, ForkInitIsForwarded) { EXPECT_EQ(ibv_fork_init(), 0); }
+
+}  // namespace
+
+// Exported by libibverbs for providers; declared in rdma-core's driver.h, which
+// Debian does not install.
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
+
+namespace {
+
+// Sockets among this process's open descriptors.
+int open_sockets() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    char link[64], target[128];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t len = ::readlink(link, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (std::strncmp(target, "socket:", 7) == 0) ++n;
+  }
+  return n;
+}
+
+// With SOFTVERBS_BACKEND=hw the outer library serves no emulated devices, and
+// nothing creates them: not the sysfs helper, not the control API (each would
+// claim a UDP endpoint on port 4791, which a kernel RoCE driver may hold).
+TEST_F(Passthrough, NoEmulatedDevicesAreCreatedOutside) {
+  const int before = open_sockets();
+  char buf[64];
+  EXPECT_EQ(ibv_read_sysfs_file("/nonexistent/softverbs", "node_type", buf, sizeof buf), -1);
+  softverbs_counters c{};
+  errno = 0;
+  EXPECT_EQ(softverbs_device_counters(ibv_get_device_name(list_[0]), &c, sizeof c), -1);
+  EXPECT_EQ(errno, ENODEV);
+  EXPECT_EQ(open_sockets(), before) << "an emulated device was created in the outer library";
+}
 
 }  // namespace
