@@ -229,8 +229,12 @@ TEST_P(QpTest, CreateRejectsCqsOfAnotherContext) {
       (which == 0 ? init.send_cq : init.recv_cq) = theirs;
       errno = 0;
       ibv_qp* qp = ibv_create_qp(pd_, &init);
+      const int err = errno;
       EXPECT_EQ(qp, nullptr) << (which == 0 ? "send_cq" : "recv_cq") << " of another context accepted";
-      EXPECT_EQ(errno, EINVAL);
+      // mlx5 checks the CQ in the library (EINVAL); the kernel's object lookup
+      // of other providers does not find it (rxe: ENOENT).
+      observe("qp.create_with_a_foreign_cq", errno_name(err));
+      EXPECT_TRUE(err == EINVAL || err == ENOENT) << std::strerror(err);
       if (qp) ibv_destroy_qp(qp);
     }
   }
