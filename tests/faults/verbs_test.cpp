@@ -1,6 +1,7 @@
 // Verb-level fault rules: failing posts, lost and late completions, lost async
 // events, and the scenario format of verb and timed rules.
 #include <chrono>
+#include <softverbs/faults.hpp>
 
 #include "pair.hpp"
 
@@ -120,6 +121,48 @@ TEST_F(VerbFault, ProbabilityIsSeeded) {
   EXPECT_EQ(first, second);
   EXPECT_NE(first.find('x'), std::string::npos) << first;
   EXPECT_NE(first.find('.'), std::string::npos) << first;
+}
+
+}  // namespace
+}  // namespace faults_test
+
+// The C++ API (include/softverbs/faults.hpp): a scenario holds while it is in
+// scope, malformed text throws with the reason, errors of the direct actions
+// throw std::system_error.
+namespace faults_test {
+namespace {
+
+TEST_F(VerbFault, CppScenarioHoldsWhileInScope) {
+  ASSERT_NO_FATAL_FAILURE(setup());
+  {
+    softverbs::Scenario s("[[rule]]\nname = \"busy\"\nverb = \"post_recv\"\naction = \"fail\"\nerrno = \"EBUSY\"\n");
+    EXPECT_EQ(post_recv(b_, 64), EBUSY);
+    EXPECT_EQ(s.hits("busy"), 1u);
+  }
+  EXPECT_EQ(post_recv(b_, 64), 0) << "the rule outlived its scenario";
+  try {
+    softverbs::Scenario bad("[[rule]]\naction = \"dorp\"\n");
+    ADD_FAILURE() << "a malformed scenario was accepted";
+  } catch (const softverbs::ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown action"), std::string::npos) << e.what();
+  }
+  try {
+    (void)softverbs::counters("nosuch");
+    ADD_FAILURE() << "counters of an unknown device";
+  } catch (const std::system_error& e) {
+    EXPECT_EQ(e.code().value(), ENODEV);
+  }
+  const uint64_t before = softverbs::counters(b_.device).faults_verbs;
+  softverbs::set_port_active(b_.device, false);
+  softverbs::set_port_active(b_.device, true);
+  ibv_async_event ev{};
+  ASSERT_TRUE(next_event(b_.ctx, &ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ERR);
+  ibv_ack_async_event(&ev);
+  ASSERT_TRUE(next_event(b_.ctx, &ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_PORT_ACTIVE);
+  ibv_ack_async_event(&ev);
+  EXPECT_EQ(softverbs::counters(b_.device).faults_verbs, before) << "direct actions are not rules";
 }
 
 }  // namespace
