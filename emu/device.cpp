@@ -1,6 +1,9 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -312,6 +315,41 @@ void log_counters_at_exit() {
   }
 }
 
+// Headers a RoCEv2 packet adds to its payload: IPv4 20, UDP 8, BTH 12, the
+// largest extension header run and the ICRC. The kernel's rxe reserves 80 bytes,
+// and so does this, so both pick the same path MTU on the same interface.
+constexpr int kRoceHeaderReserve = 80;
+
+// The largest IB MTU, up to `wanted`, whose packets fit the MTU of the network
+// interface that holds addr (loopback: 65536, so any; a 1500-byte Ethernet: 1024),
+// as a RoCE device's active MTU follows its netdev's.
+ibv_mtu mtu_for_interface_of(in_addr addr, ibv_mtu wanted, const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return wanted;
+  int if_mtu = 0;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr != addr.s_addr &&
+        !(i->ifa_flags & IFF_LOOPBACK && (ntohl(addr.s_addr) >> 24) == 127))
+      continue;
+    const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) break;
+    ifreq req{};
+    std::strncpy(req.ifr_name, i->ifa_name, IFNAMSIZ - 1);
+    if (::ioctl(s, SIOCGIFMTU, &req) == 0) if_mtu = req.ifr_mtu;
+    ::close(s);
+    break;
+  }
+  ::freeifaddrs(list);
+  if (if_mtu <= 0) return wanted;
+  ibv_mtu fit = wanted;
+  while (fit > IBV_MTU_256 && (128 << fit) + kRoceHeaderReserve > if_mtu) fit = static_cast<ibv_mtu>(fit - 1);
+  if (fit != wanted)
+    SV_LOG(kInfo, "device %s: active MTU %d, the largest that fits the interface's MTU of %d", name.c_str(), 128 << fit,
+           if_mtu);
+  return fit;
+}
+
 }  // namespace
 
 const std::vector<Device*>& DeviceRegistry::devices() {
@@ -371,7 +409,9 @@ const std::vector<Device*>& DeviceRegistry::devices() {
       }
       SV_LOG(kInfo, "device %s: %s:%u (%s)", dc.name.c_str(), addr_str(addr).c_str(), kRoceV2Port,
              dc.link_layer == LinkLayer::kEthernet ? "RoCEv2" : "InfiniBand link layer");
-      owned_.push_back(std::make_unique<Device>(dc, index++, addr, fd));
+      DeviceConfig fitted = dc;
+      fitted.active_mtu = mtu_for_interface_of(addr, dc.active_mtu, dc.name);
+      owned_.push_back(std::make_unique<Device>(fitted, index++, addr, fd));
       devices_.push_back(owned_.back().get());
     }
     if (!devices_.empty()) install_timed_faults();

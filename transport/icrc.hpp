@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <variant>
 
@@ -62,6 +63,15 @@ std::uint32_t icrc_ipv4(const Ipv4Flow& flow, std::span<const std::uint8_t> bth_
 std::uint32_t icrc_ipv6(const Ipv6Flow& flow, std::span<const std::uint8_t> bth_to_pad) noexcept;
 std::uint32_t icrc(const IcrcFlow& flow, std::span<const std::uint8_t> bth_to_pad) noexcept;
 
+// The IPv4 Identification under which a received packet's ICRC holds, when the
+// sender's kernel chose one (the Linux kernel's rdma_rxe numbers its packets) and
+// a UDP socket cannot see it. The ICRC is linear in the ID's 16 bits: the
+// difference `received` ^ icrc(flow with ID 0) is solved for them. Returns the
+// ID, or nothing if no ID makes the ICRC hold (a corrupted packet). A packet
+// checked this way is protected by 16 bits of its ICRC fewer.
+std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const std::uint8_t> bth_to_pad,
+                                           std::uint32_t received) noexcept;
+
 // Recomputes and writes the ICRC into the last 4 bytes of a whole UDP payload
 // (BTH .. ICRC). No-op if the packet is shorter than BTH + ICRC.
 void write_icrc(const IcrcFlow& flow, std::span<std::uint8_t> udp_payload) noexcept;
@@ -74,8 +84,7 @@ constexpr void store_icrc(std::uint8_t* p, std::uint32_t crc) noexcept {
   p[3] = static_cast<std::uint8_t>(crc >> 24);
 }
 constexpr std::uint32_t load_icrc(const std::uint8_t* p) noexcept {
-  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
-         (std::uint32_t{p[3]} << 24);
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
 }
 
 }  // namespace softverbs::transport
