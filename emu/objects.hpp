@@ -43,6 +43,11 @@ class Qp;
 
 // ---------------------------------------------------------------------------
 // Device: one per configured emulated device, alive for the whole process.
+class Device;
+// The peer address an address vector names (its IPv4-mapped GID, an emulated IB
+// GID, or its LID); false for a destination emulated devices cannot reach.
+bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out);
+
 class Device {
  public:
   Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd);
@@ -452,6 +457,10 @@ class Qp {
   void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
   // wire
   void transmit_locked(const transport::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  void transmit_to_locked(in_addr dest, const transport::PacketHeaders& h,
+                          std::span<const std::span<const uint8_t>> payload);
+  bool send_ud_locked();
+  void ud_receive_locked(const transport::PacketView& pkt, in_addr src);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
 

@@ -270,10 +270,13 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = EINVAL;
       break;
     }
-    if (type_ == IBV_QPT_UD) {
-      // The datagram service has no data path yet.
+    // A datagram needs an address handle of this QP's PD, and one emulated devices
+    // can reach.
+    in_addr ud_dest{};
+    if (type_ == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->pd != pd_.ibv() ||
+                                !resolve_av(device(), Ah::from(wr->wr.ud.ah)->attr(), &ud_dest))) {
       *bad_wr = wr;
-      rc = wr->wr.ud.ah ? EOPNOTSUPP : EINVAL;
+      rc = EINVAL;
       break;
     }
     if (sq_.full()) {
@@ -315,8 +318,9 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     }
     if (type_ == IBV_QPT_UD) {
       wqe.ah = wr->wr.ud.ah;
-      wqe.remote_qpn = wr->wr.ud.remote_qpn;
+      wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xffffff;
       wqe.remote_qkey = wr->wr.ud.remote_qkey;
+      wqe.ud_dest = ud_dest.s_addr;
     }
     if (is_inline) {
       // Inline data is copied at post time: the buffer may be reused at once.

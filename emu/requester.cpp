@@ -81,34 +81,38 @@ const OpcodeSet& write_opcodes(bool uc) {
 }  // namespace
 
 void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
-  static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
-  Device& dev = device();
-  const IcrcFlow flow{dev.flow(dev.addr(), dest_addr_)};
-  size_t n = build(h, payload, buf, &flow);
-  if (n) dev.transmit(dest_addr_, std::span<const uint8_t>(buf.data(), n));
+  transmit_to_locked(dest_addr_, h, payload);
 }
 
-bool Qp::resolve_dest_locked() {
-  const ibv_ah_attr& av = attr_.ah_attr;
+void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+  static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
   Device& dev = device();
+  const IcrcFlow flow{dev.flow(dev.addr(), dest)};
+  size_t n = build(h, payload, buf, &flow);
+  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n));
+}
+
+bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
   if (av.is_global) {
     const uint8_t* g = av.grh.dgid.raw;
     static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (std::memcmp(g, v4mapped, 12) == 0) {
-      std::memcpy(&dest_addr_.s_addr, g + 12, 4);
+      std::memcpy(&out->s_addr, g + 12, 4);
       return true;
     }
     if (dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) {
       // An IB GID of an emulated port: its GUID carries the address (Device).
       uint8_t b[4] = {g[10], g[13], g[14], g[15]};
-      std::memcpy(&dest_addr_.s_addr, b, 4);
+      std::memcpy(&out->s_addr, b, 4);
       return true;
     }
     return false;  // IPv6 destinations are not supported
   }
-  dest_addr_ = dev.addr_of_lid(av.dlid);
+  *out = dev.addr_of_lid(av.dlid);
   return true;
 }
+
+bool Qp::resolve_dest_locked() { return resolve_av(device(), attr_.ah_attr, &dest_addr_); }
 
 void Qp::arm_timer_locked() {
   // Called right after a packet went out: the high-water mark must include it, or a
@@ -157,8 +161,54 @@ void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
   tx_offset_ = offset + len;
 }
 
+bool Qp::send_ud_locked() {
+  // Unreliable datagram (IBTA 9.8.4): each SEND is one packet to the address and
+  // QP its work request names, and is done once sent.
+  SendWqe& w = sq_.at(tx_index_);
+  const uint32_t mtu = 128u << device().active_mtu();
+  if (w.total_length > mtu) {
+    complete_send_error_locked(w, IBV_WC_LOC_LEN_ERR);
+    return false;
+  }
+  std::shared_lock mr_lock(device().mr_lock());
+  PacketHeaders h;
+  const bool with_imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  h.bth.opcode = with_imm ? opcode::ud_send_only_with_immediate : opcode::ud_send_only;
+  h.bth.dest_qp = w.remote_qpn;
+  h.bth.psn = req_psn_;
+  h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  // A Q_Key with the high-order bit set means the QP's own (IBTA 10.2.5).
+  h.deth.qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+  h.deth.src_qp = qpn();
+  if (with_imm) h.imm.data = w.imm_data;
+  std::vector<std::span<const uint8_t>> payload;
+  if (w.total_length) {
+    if (w.is_inline) {
+      payload.emplace_back(sq_.inline_at(tx_index_), w.total_length);
+    } else {
+      static thread_local std::vector<std::span<uint8_t>> spans;
+      if (!resolve_sges(device(), pd_, sq_.sges_at(tx_index_), w.num_sge, 0, w.total_length, 0, spans)) {
+        mr_lock.unlock();
+        complete_send_error_locked(w, IBV_WC_LOC_PROT_ERR);
+        return false;
+      }
+      for (auto& sp : spans) payload.emplace_back(sp.data(), sp.size());
+    }
+  }
+  in_addr dest{};
+  dest.s_addr = w.ud_dest;
+  transmit_to_locked(dest, h, payload);
+  mr_lock.unlock();
+  req_psn_ = psn_add(req_psn_, 1);
+  w.started = w.sent = w.acked = true;
+  ++tx_index_;
+  retire_acked_locked();
+  return true;
+}
+
 bool Qp::send_next_packet_locked() {
   if (rnr_waiting_ || tx_index_ >= sq_.size()) return false;
+  if (type_ == IBV_QPT_UD) return send_ud_locked();
   const bool uc = type_ == IBV_QPT_UC;
   if (!uc && static_cast<uint32_t>(psn_diff(req_psn_, unacked_psn_)) >= kWindow) return false;
 
@@ -304,8 +354,7 @@ void Qp::retransmit_from_locked(uint32_t psn) {
       if (psn_gt(psn, w.last_psn)) continue;  // a read or atomic waiting for its response
       if (psn_lt(psn, w.first_psn)) psn = w.first_psn;
       offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu_bytes();
-      if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-          offset >= w.total_length)
+      if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
         offset = 0;
       if (offset == 0) psn = w.first_psn;
     }
@@ -355,7 +404,7 @@ void Qp::on_timer() {
     return;
   }
   if (unacked_psn_ == sent_end_psn_) return;  // everything acknowledged meanwhile
-  if (attr_.timeout == 0) return;  // no local ACK timeout (a late timer of an earlier connection)
+  if (attr_.timeout == 0) return;             // no local ACK timeout (a late timer of an earlier connection)
   if (now < deadline_) {
     timer_->arm_at(deadline_);
     return;

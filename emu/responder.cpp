@@ -122,15 +122,103 @@ void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t le
     h.aeth = Aeth::ack(msn_);
     uint64_t off = uint64_t{i} * mtu;
     uint64_t take = std::min<uint64_t>(mtu, len - std::min(len, off));
-    std::span<const uint8_t> part = take ? std::span<const uint8_t>(mr->host_addr(va + off), take)
-                                         : std::span<const uint8_t>();
+    std::span<const uint8_t> part =
+        take ? std::span<const uint8_t>(mr->host_addr(va + off), take) : std::span<const uint8_t>();
     std::span<const uint8_t> parts[1] = {part};
-    transmit_locked(h, take ? std::span<const std::span<const uint8_t>>(parts, 1)
-                            : std::span<const std::span<const uint8_t>>());
+    transmit_locked(
+        h, take ? std::span<const std::span<const uint8_t>>(parts, 1) : std::span<const std::span<const uint8_t>>());
   }
 }
 
-void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
+void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
+  // Unreliable datagram (IBTA 9.8.4, 10.2.5): a SEND whose Q_Key matches goes
+  // into the next receive WQE after 40 bytes for the GRH; anything else, or a
+  // SEND with no receive WQE posted, is dropped silently: UD has no responses.
+  auto dropped = [this] { device().counters().rx_dropped.fetch_add(1, std::memory_order_relaxed); };
+  if (pkt.op->transport != Transport::ud || pkt.deth.qkey != attr_.qkey) return dropped();
+  std::shared_lock mr_lock(device().mr_lock());
+  if (!take_recv_wqe_locked()) return dropped();
+  constexpr uint32_t kGrh = 40;
+  const uint64_t need = kGrh + pkt.payload.size();
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  if (need > rcv_.wqe.total_length) {
+    status = IBV_WC_LOC_LEN_ERR;
+  } else {
+    // The GRH area: on RoCEv2 over IPv4 its last 20 bytes are the IPv4 header the
+    // packet arrived with (rdma-core's ibv_init_ah_from_wc reads it from there);
+    // on an InfiniBand port there is no GRH on the emulated wire and the area is
+    // left as it was.
+    uint8_t grh[kGrh] = {};
+    const bool eth = device().link_layer() == LinkLayer::kEthernet;
+    if (eth) {
+      uint8_t* ip = grh + 20;
+      const uint16_t total = static_cast<uint16_t>(20 + 8 + Bth::kSize + Deth::kSize + pkt.payload.size() +
+                                                   (pkt.op->has(ext::imm) ? Imm::kSize : 0) + pkt.bth.pad_cnt + 4);
+      ip[0] = 0x45;
+      store_be16(ip + 2, total);
+      store_be16(ip + 6, kIpv4FlagDf);
+      ip[8] = 64;
+      ip[9] = kIpProtoUdp;
+      std::memcpy(ip + 12, &src.s_addr, 4);
+      const in_addr own = device().addr();
+      std::memcpy(ip + 16, &own.s_addr, 4);
+      uint32_t sum = 0;
+      for (int i = 0; i < 20; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
+      while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+      store_be16(ip + 10, static_cast<uint16_t>(~sum));
+    }
+    std::vector<std::span<uint8_t>> spans;
+    if (!resolve_sges(device(), pd_, rcv_.sges.data(), rcv_.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
+      status = IBV_WC_LOC_PROT_ERR;
+    } else {
+      std::vector<uint8_t> whole(grh, grh + (eth ? kGrh : 0));
+      if (eth) {
+        whole.insert(whole.end(), pkt.payload.begin(), pkt.payload.end());
+        scatter(spans, whole);
+      } else {
+        // Keep the GRH area untouched: scatter the payload after it.
+        std::vector<std::span<uint8_t>> after;
+        uint64_t skip = kGrh;
+        for (auto& sp : spans) {
+          if (skip >= sp.size()) {
+            skip -= sp.size();
+            continue;
+          }
+          after.emplace_back(sp.data() + skip, sp.size() - skip);
+          skip = 0;
+        }
+        scatter(after, pkt.payload);
+      }
+    }
+  }
+  mr_lock.unlock();
+  ibv_wc wc{};
+  wc.wr_id = rcv_.wqe.wr_id;
+  wc.status = status;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = qpn();
+  if (status == IBV_WC_SUCCESS) {
+    wc.byte_len = static_cast<uint32_t>(need);
+    wc.src_qp = pkt.deth.src_qp;
+    if (pkt.op->has(ext::imm)) {
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+      wc.imm_data = pkt.imm.data;
+    }
+    if (device().link_layer() == LinkLayer::kEthernet) {
+      wc.wc_flags |= IBV_WC_GRH;
+    } else {
+      wc.slid = static_cast<uint16_t>(ntohl(src.s_addr) & 0xffff);
+    }
+  }
+  rcv_.active = false;
+  rcv_.offset = 0;
+  push_completion_locked(recv_cq_, wc, pkt.bth.se);
+  // A receive error puts the QP in the error state, as every completion error.
+  if (status != IBV_WC_SUCCESS) request_error_locked(false);
+}
+
+void Qp::responder_locked(const PacketView& pkt, in_addr src) {
+  if (type_ == IBV_QPT_UD) return ud_receive_locked(pkt, src);
   const OpcodeInfo& op = *pkt.op;
   const uint32_t psn = pkt.bth.psn;
   const bool rc = type_ == IBV_QPT_RC;
@@ -287,8 +375,7 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
         }
         return;
       }
-      if ((!op.ends_message() && plen != mtu) || plen > wr_.remaining ||
-          (op.ends_message() && plen != wr_.remaining))
+      if ((!op.ends_message() && plen != mtu) || plen > wr_.remaining || (op.ends_message() && plen != wr_.remaining))
         return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
       if (plen) {
         Mr* mr = check_rkey(device(), pd_, attr_.qp_access_flags, wr_.rkey, wr_.va, plen, IBV_ACCESS_REMOTE_WRITE);
@@ -309,13 +396,12 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
     case OpClass::rdma_read_request: {
       const uint64_t len = pkt.reth.dma_len;
       if (len > caps::kMaxMsgSz) return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
-      if (len && !check_rkey(device(), pd_, attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len,
-                             IBV_ACCESS_REMOTE_READ))
+      if (len &&
+          !check_rkey(device(), pd_, attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len, IBV_ACCESS_REMOTE_READ))
         return fail(NakCode::remote_access_error, IBV_WC_REM_ACCESS_ERR);
       mr_lock.unlock();
       const uint32_t n = packets_for(len, mtu);
-      resources_.push_back(
-          Resource{false, psn, psn_add(psn, n - 1), pkt.reth.va, len, pkt.reth.rkey, 0});
+      resources_.push_back(Resource{false, psn, psn_add(psn, n - 1), pkt.reth.va, len, pkt.reth.rkey, 0});
       msn_ = psn_add(msn_, 1);  // IBTA C9-148: counted when executed
       read_reply_locked(psn, pkt.reth.va, pkt.reth.rkey, len);
       epsn_ = psn_add(psn, n);
@@ -333,8 +419,7 @@ void Qp::responder_locked(const PacketView& pkt, in_addr /*src*/) {
       uint64_t orig;
       if (op.opcode == opcode::rc_compare_swap) {
         orig = pkt.atomic_eth.compare;
-        __atomic_compare_exchange_n(target, &orig, pkt.atomic_eth.swap_add, false, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
+        __atomic_compare_exchange_n(target, &orig, pkt.atomic_eth.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
       } else {
         orig = __atomic_fetch_add(target, pkt.atomic_eth.swap_add, __ATOMIC_SEQ_CST);
       }

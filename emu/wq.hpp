@@ -29,23 +29,24 @@ struct SendWqe {
   unsigned send_flags = 0;
   uint32_t num_sge = 0;
   uint64_t total_length = 0;
-  __be32 imm_data = 0;        // or the rkey to invalidate for SEND_WITH_INV
+  __be32 imm_data = 0;  // or the rkey to invalidate for SEND_WITH_INV
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
-  ibv_ah* ah = nullptr;       // UD
-  uint32_t remote_qpn = 0;    // UD
-  uint32_t remote_qkey = 0;   // UD
-  bool is_inline = false;     // payload copied into the queue at post time
+  ibv_ah* ah = nullptr;      // UD
+  uint32_t remote_qpn = 0;   // UD
+  uint32_t remote_qkey = 0;  // UD
+  uint32_t ud_dest = 0;      // UD: the address the AH resolved to at post time (network order)
+  bool is_inline = false;    // payload copied into the queue at post time
 
   // Transmission state, owned by the requester and completer.
-  uint32_t first_psn = 0;     // PSN of the first request packet
-  uint32_t last_psn = 0;      // PSN of the last packet (reads: of the last response), set at start
-  uint64_t resp_bytes = 0;    // read: response bytes placed so far
-  bool started = false;       // first_psn/last_psn assigned: some packet has been sent
-  bool sent = false;          // every request packet sent in the current pass
-  bool acked = false;         // acknowledged (or, UC, sent): may complete
+  uint32_t first_psn = 0;   // PSN of the first request packet
+  uint32_t last_psn = 0;    // PSN of the last packet (reads: of the last response), set at start
+  uint64_t resp_bytes = 0;  // read: response bytes placed so far
+  bool started = false;     // first_psn/last_psn assigned: some packet has been sent
+  bool sent = false;        // every request packet sent in the current pass
+  bool acked = false;       // acknowledged (or, UC, sent): may complete
 };
 
 // Packets a message of len bytes takes at this path MTU (a zero-length one takes one).

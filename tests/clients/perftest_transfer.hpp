@@ -239,7 +239,7 @@ inline void run_and_check(const PerftestCase& c) {
 
   // Traffic flowed both ways (requests one way, acknowledgements or responses back),
   // except for UC bandwidth tests, which nothing answers.
-  const bool one_way = c.connection == "UC" && c.program.ends_with("_bw");
+  const bool one_way = (c.connection == "UC" || c.connection == "UD") && c.program.ends_with("_bw");
   EXPECT_GT(cdev.counter("tx"), 0u) << cdev.describe_counters();
   EXPECT_GT(sdev.counter("rx"), 0u) << sdev.describe_counters();
   if (!one_way) {

@@ -64,6 +64,12 @@ std::vector<PerftestCase> cases() {
   v.push_back(make_case("Uc_ib_send_lat", "ib_send_lat", with(rc_base, {"-c", "UC"}), Link::roce, {2}, 1000, "UC"));
   v.push_back(make_case("Uc_ib_write_lat", "ib_write_lat", with(rc_base, {"-c", "UC"}), Link::roce, {2}, 1000, "UC"));
 
+  // UD: ib_send_bw and ib_send_lat with datagrams of 2 KiB (within the MTU).
+  v.push_back(make_case("Ud_ib_send_bw", "ib_send_bw", with(rc_base, {"-c", "UD", "-s", "2048", "-n", "500"}),
+                        Link::roce, {2048}, 500, "UD"));
+  v.push_back(make_case("Ud_ib_send_lat", "ib_send_lat", with(rc_base, {"-c", "UD", "-s", "2048", "-n", "500"}),
+                        Link::roce, {2048}, 500, "UD"));
+
   // RC over the InfiniBand link layer: LID addressing, no -x.
   for (const Default& d : defaults)
     v.push_back(

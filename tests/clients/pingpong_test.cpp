@@ -1,4 +1,4 @@
-// ibverbs-utils' ibv_rc_pingpong, ibv_uc_pingpong and ibv_srq_pingpong, the Debian
+// ibverbs-utils' ibv_rc_pingpong, ibv_uc_pingpong, ibv_srq_pingpong and ibv_ud_pingpong, the Debian
 // binaries, as a server and a client process on one host, each with its own emulated
 // device: RoCEv2 with GID index 1, and InfiniBand link layer with LID addressing.
 //
@@ -31,7 +31,7 @@ enum class Link { roce, ib };
 
 struct PingpongCase {
   const char* name;     // test name suffix
-  const char* program;  // ibv_rc_pingpong, ibv_uc_pingpong or ibv_srq_pingpong
+  const char* program;  // ibv_rc_pingpong, ibv_uc_pingpong, ibv_srq_pingpong or ibv_ud_pingpong
   Link link;
   uint32_t size;
   uint32_t iters;
@@ -66,7 +66,8 @@ struct PingpongOutput {
 
 PingpongOutput parse_pingpong(const std::string& out) {
   static const std::regex address(
-      R"(^  (local|remote) address: +LID 0x([0-9a-f]{4}), QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6}), GID (\S+)$)");
+      // ibv_ud_pingpong prints "PSN 0x…: GID" for its local address.
+      R"(^  (local|remote) address: +LID 0x([0-9a-f]{4}), QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6})[,:] GID (\S+)$)");
   static const std::regex bytes(R"(^(\d+) bytes in \d+\.\d\d seconds = \d+\.\d\d Mbit/sec$)");
   static const std::regex iters(R"(^(\d+) iters in \d+\.\d\d seconds = (\d+\.\d\d) usec/iter$)");
   static const std::regex cycles(R"(^(Max|Min|Average) receive completion clock cycles = (\d+(\.\d+)?)$)");
@@ -119,6 +120,7 @@ class Pingpong : public ::testing::TestWithParam<PingpongCase> {
 TEST_P(Pingpong, ExchangesAndReports) {
   const PingpongCase& c = GetParam();
   const bool uc = std::string(c.program) == "ibv_uc_pingpong";
+  const bool ud = std::string(c.program) == "ibv_ud_pingpong";
   const size_t qps = std::string(c.program) == "ibv_srq_pingpong" ? 16 : 1;  // srq_pingpong's default -q
   const Env e = env();
   PairResult r = run_pair([&](uint16_t port) { return argv(port); }, e, e, kPingpongLimit);
@@ -193,14 +195,15 @@ TEST_P(Pingpong, ExchangesAndReports) {
   // Packets on the wire: each side sends `iters` messages of ceil(size / MTU) packets.
   // ibv_srq_pingpong keeps one message in flight on each of its QPs and stops counting
   // at `iters`: up to one more message per QP may go out.
+  // A datagram is one packet (ibv_ud_pingpong keeps its messages within the MTU).
   const uint64_t mtu = c.mtu ? c.mtu : 1024;
-  const uint64_t per_message = (c.size + mtu - 1) / mtu;
+  const uint64_t per_message = ud ? 1 : (c.size + mtu - 1) / mtu;
   const uint64_t data = uint64_t{c.iters} * per_message;
   const uint64_t data_max = (uint64_t{c.iters} + (qps > 1 ? qps : 0)) * per_message;
   for (const auto& [side, d] : {std::pair{"server", sdev}, std::pair{"client", cdev}}) {
-    if (uc) {
-      // UC: no acknowledgements, no retransmissions, and a lost packet would have
-      // stalled the exchange: the counts are exact.
+    if (uc || ud) {
+      // UC and UD: no acknowledgements, no retransmissions, and a lost packet would
+      // have stalled the exchange: the counts are exact.
       EXPECT_EQ(d.counter("tx"), data) << side << ": " << d.describe_counters();
       EXPECT_EQ(d.counter("rx"), data) << side << ": " << d.describe_counters();
       EXPECT_EQ(d.counter("retransmits"), 0u) << side << ": " << d.describe_counters();
@@ -240,6 +243,9 @@ std::vector<PingpongCase> cases() {
   add("Srq_Size8000", "ibv_srq_pingpong", Link::roce, 8000, 200, 0);
   add("Srq_EventsValidate", "ibv_srq_pingpong", Link::roce, 4096, 100, 4096, true, true);
   add("Srq_IbLid", "ibv_srq_pingpong", Link::ib, 8000, 100, 0);
+  add("Ud_Size2048", "ibv_ud_pingpong", Link::roce, 2048, 300, 0);
+  add("Ud_EventsValidate", "ibv_ud_pingpong", Link::roce, 1024, 200, 0, true, true);
+  add("Ud_IbLid", "ibv_ud_pingpong", Link::ib, 2048, 200, 0);
   return v;
 }
 

@@ -1,0 +1,228 @@
+// The unreliable datagram service (IBTA 9.8.4, 10.2.5): two UD QPs of the device,
+// addressed through an address handle of its own port.
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "conformance.hpp"
+
+namespace conformance {
+namespace {
+
+constexpr uint32_t kQkey = 0x11111111;  // valid_attr()'s
+constexpr uint32_t kGrh = 40;
+
+class UdTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    cq_ = make_cq(64);
+    ASSERT_TRUE(cq_);
+    for (Qp* q : {&a_, &b_}) {
+      *q = make_qp(IBV_QPT_UD, cq_.get());
+      ASSERT_TRUE(*q);
+      ASSERT_EQ(move_to(q->get(), IBV_QPS_RTS), 0);
+    }
+    buf_.assign(64 * 1024, 0);
+    mr_ = Mr(ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE));
+    ASSERT_TRUE(mr_);
+    ibv_ah_attr attr = loopback_ah_attr();
+    ah_ = Ah(ibv_create_ah(pd_, &attr));
+    ASSERT_TRUE(ah_) << std::strerror(errno);
+  }
+
+  void TearDown() override {
+    a_.reset();
+    b_.reset();
+    ah_.reset();
+    mr_.reset();
+    cq_.reset();
+    VerbsTest::TearDown();
+  }
+
+  // Posts a receive of `len` bytes at offset 32 KiB of the buffer.
+  void post_recv(ibv_qp* qp, uint32_t len, uint64_t wr_id) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()) + 32 * 1024, len, mr_->lkey};
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+  }
+
+  // Sends `len` bytes from offset 0 of the buffer to `to`.
+  int send(ibv_qp* from, ibv_qp* to, uint32_t len, uint64_t wr_id, uint32_t qkey = kQkey, bool imm = false) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
+    ibv_send_wr wr{};
+    ibv_send_wr* bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.opcode = imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    wr.imm_data = htonl(0xabcd1234);
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.ud.ah = ah_.get();
+    wr.wr.ud.remote_qpn = to->qp_num;
+    wr.wr.ud.remote_qkey = qkey;
+    return ibv_post_send(from, &wr, &bad);
+  }
+
+  // The completion of wr_id, already collected or the next to arrive within the
+  // timeout (completions of other work requests are collected meanwhile).
+  bool wait_for(uint64_t wr_id, ibv_wc* out, int ms = kEventTimeoutMs) {
+    for (auto it = others_.begin(); it != others_.end(); ++it) {
+      if (it->wr_id != wr_id) continue;
+      *out = *it;
+      others_.erase(it);
+      return true;
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    do {
+      ibv_wc wc;
+      while (ibv_poll_cq(cq_.get(), 1, &wc) == 1) {
+        if (wc.wr_id == wr_id) {
+          *out = wc;
+          return true;
+        }
+        others_.push_back(wc);
+      }
+    } while (std::chrono::steady_clock::now() < end);
+    return false;
+  }
+
+  Cq cq_;
+  Qp a_, b_;
+  Mr mr_;
+  Ah ah_;
+  std::vector<uint8_t> buf_;
+  std::vector<ibv_wc> others_;
+};
+CONFORMANCE_INSTANTIATE(UdTest);
+
+// A SEND and a SEND with immediate: the receive holds 40 bytes of GRH area, then
+// the payload; the completion names the sending QP; on RoCE the GRH area holds
+// the IPv4 header the datagram came with, which ibv_init_ah_from_wc turns into an
+// address handle back to the sender.
+TEST_P(UdTest, SendsArriveAfterTheGrhWithTheSourceQp) {
+  for (bool imm : {false, true}) {
+    SCOPED_TRACE(imm ? "SEND with immediate" : "SEND");
+    for (uint32_t i = 0; i < 512; ++i) buf_[i] = static_cast<uint8_t>(i * 7 + imm);
+    std::memset(buf_.data() + 32 * 1024, 0xee, 1024);
+    ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 512, 200 + imm));
+    ASSERT_EQ(send(a_.get(), b_.get(), 512, 100 + imm, kQkey, imm), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(wait_for(100 + imm, &wc)) << "no send completion";
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.opcode, IBV_WC_SEND);
+    ASSERT_TRUE(wait_for(200 + imm, &wc)) << "no receive completion";
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+    EXPECT_EQ(wc.byte_len, kGrh + 512);
+    EXPECT_EQ(wc.qp_num, b_->qp_num);
+    EXPECT_EQ(wc.src_qp, a_->qp_num);
+    EXPECT_EQ((wc.wc_flags & IBV_WC_WITH_IMM) != 0, imm);
+    if (imm) {
+      EXPECT_EQ(ntohl(wc.imm_data), 0xabcd1234u);
+    }
+    EXPECT_EQ(std::memcmp(buf_.data() + 32 * 1024 + kGrh, buf_.data(), 512), 0) << "payload not after the GRH";
+    EXPECT_EQ(buf_[32 * 1024 + kGrh + 512], 0xee) << "written past the payload";
+    observe("recv.IBV_WC_GRH", (wc.wc_flags & IBV_WC_GRH) ? "set" : "clear");
+    if (is_ethernet()) {
+      EXPECT_TRUE(wc.wc_flags & IBV_WC_GRH) << "RoCE datagrams carry a GRH";
+      ibv_ah_attr back{};
+      ASSERT_EQ(ibv_init_ah_from_wc(ctx_, kPort, &wc, reinterpret_cast<ibv_grh*>(buf_.data() + 32 * 1024), &back), 0)
+          << std::strerror(errno);
+      EXPECT_EQ(back.is_global, 1);
+      EXPECT_EQ(std::memcmp(back.grh.dgid.raw, sgid_.raw, 16), 0) << "the reply address is not the sender's";
+    } else {
+      EXPECT_EQ(wc.slid, pattr_.lid) << "the sender's LID";
+    }
+  }
+}
+
+// A datagram whose Q_Key is not the receiving QP's is dropped silently: no
+// receive completion, the receive WQE stays posted for the next datagram. A Q_Key
+// with the high-order bit set in the work request means the sender QP's own.
+TEST_P(UdTest, QkeyMismatchIsDroppedAndTheHighBitMeansTheQpsOwn) {
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 64, 200));
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 100, kQkey + 1), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(100, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "a datagram sender does not learn of the drop";
+  EXPECT_FALSE(wait_for(200, &wc, 200)) << "a datagram with a wrong Q_Key was received";
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 101, 0x80000000u), 0);
+  ASSERT_TRUE(wait_for(200, &wc)) << "the QP's own Q_Key (high bit set) was not used";
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
+// Without a posted receive a datagram is lost (UD has no RNR); a receive posted
+// later takes the next one.
+TEST_P(UdTest, NoReceiveLosesTheDatagram) {
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 100), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(100, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 64, 200));
+  EXPECT_FALSE(wait_for(200, &wc, 200)) << "a datagram sent before the receive was posted arrived";
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 101), 0);
+  ASSERT_TRUE(wait_for(200, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
+// A receive buffer without room for the GRH and the payload: the receive
+// completes with IBV_WC_LOC_LEN_ERR.
+TEST_P(UdTest, ReceiveTooSmallForGrhAndPayload) {
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), 64, 200));  // 64 < 40 + 64
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 100), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(200, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << ibv_wc_status_str(wc.status);
+}
+
+// A datagram larger than the path MTU cannot be sent: refused at post time or
+// completed in error, never delivered (recorded).
+TEST_P(UdTest, DatagramLargerThanTheMtu) {
+  const uint32_t mtu = 128u << pattr_.active_mtu;
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + mtu + 64, 200));
+  const int rc = send(a_.get(), b_.get(), mtu + 1, 100);
+  if (rc != 0) {
+    observe("ud.larger_than_mtu", "post:" + errno_name(rc));
+    return;
+  }
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(100, &wc));
+  observe("ud.larger_than_mtu", ibv_wc_status_str(wc.status));
+  EXPECT_NE(wc.status, IBV_WC_SUCCESS);
+  EXPECT_FALSE(wait_for(200, &wc, 200)) << "a datagram larger than the MTU was delivered";
+}
+
+// An address handle of another PD is refused at post time.
+TEST_P(UdTest, AddressHandleOfAnotherPdIsRefused) {
+  Pd other(ibv_alloc_pd(ctx_));
+  ASSERT_TRUE(other);
+  ibv_ah_attr attr = loopback_ah_attr();
+  Ah foreign(ibv_create_ah(other.get(), &attr));
+  ASSERT_TRUE(foreign);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 8, mr_->lkey};
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = foreign.get();
+  wr.wr.ud.remote_qpn = b_->qp_num;
+  wr.wr.ud.remote_qkey = kQkey;
+  const int rc = ibv_post_send(a_.get(), &wr, &bad);
+  observe("ud.foreign_pd_ah", rc ? "post:" + errno_name(rc) : std::string("accepted"));
+  if (rc) {
+    EXPECT_EQ(rc, EINVAL);
+    EXPECT_EQ(bad, &wr);
+  }
+}
+
+}  // namespace
+}  // namespace conformance
