@@ -12,11 +12,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "emu/objects.hpp"
 #include "tests/fuzz/harness.hpp"
+#include "transport/icrc.hpp"
+#include "transport/opcode.hpp"
+#include "transport/packet.hpp"
 
 namespace softverbs::fuzz {
 namespace {
@@ -219,6 +224,161 @@ TEST(FuzzFindings, ResetQpIgnoresTimerOfItsPreviousConnection) {
     ibv_dealloc_pd(e[i].pd);
     ibv_close_device(e[i].ctx);
   }
+}
+
+// ---------------------------------------------------------------------------
+// Hostile datagrams: UD SENDs of every size, Q_Key, immediate and pad, and
+// truncated or random bytes, injected into a UD QP whose receive buffers sit in a
+// guarded region. Whatever arrives, nothing outside the posted scatter lists
+// changes, every completion names a posted receive, and byte_len never exceeds it.
+TEST(HostileDatagrams, UdReceivesStayInsideTheirBuffers) {
+  (void)check_receive({});  // two devices (SOFTVERBS_DEVICES=2)
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_GE(n, 2);
+  emu::Device* from = emu::DeviceRegistry::instance().find(list[0]);
+  emu::Device* to = emu::DeviceRegistry::instance().find(list[1]);
+  ibv_context* ctx = ibv_open_device(list[1]);
+  ibv_free_device_list(list);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = ibv_create_cq(ctx, 512, nullptr, nullptr, 0);
+  ASSERT_TRUE(pd && cq);
+  ibv_qp_init_attr ia{};
+  ia.qp_type = IBV_QPT_UD;
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {4, 256, 1, 2, 0};
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = 0x1234;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+
+  constexpr std::size_t kArena = 1 << 16;
+  std::vector<std::uint8_t> arena(kArena, 0xa5);
+  ibv_mr* mr = ibv_reg_mr(pd, arena.data(), arena.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  // Receive WQEs: one or two SGEs at scattered places, sizes around 40 + payload.
+  struct Posted {
+    std::vector<std::pair<std::size_t, std::size_t>> sges;
+    std::size_t total;
+  };
+  std::vector<Posted> posted;
+  std::vector<bool> may_change(kArena, false);
+  std::mt19937 rng(5);
+  auto post_one = [&] {
+    Posted p;
+    const int nsge = 1 + static_cast<int>(rng() % 2);
+    ibv_sge sge[2];
+    p.total = 0;
+    for (int i = 0; i < nsge; ++i) {
+      const std::size_t len = rng() % 3 == 0 ? rng() % 48 : 40 + rng() % 2200;
+      const std::size_t off = 64 + rng() % (kArena - len - 128);
+      sge[i] = {reinterpret_cast<std::uintptr_t>(arena.data() + off), static_cast<std::uint32_t>(len), mr->lkey};
+      p.sges.emplace_back(off, len);
+      p.total += len;
+      for (std::size_t b = off; b < off + len; ++b) may_change[b] = true;
+    }
+    ibv_recv_wr wr{};
+    ibv_recv_wr* bad = nullptr;
+    wr.wr_id = posted.size();
+    wr.sg_list = sge;
+    wr.num_sge = nsge;
+    ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+    posted.push_back(p);
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_NO_FATAL_FAILURE(post_one());
+
+  const transport::IcrcFlow flow{to->flow(from->addr(), to->addr())};
+  std::vector<std::uint8_t> pkt(transport::kMaxUdpPayload);
+  std::vector<std::uint8_t> payload(4200);
+  int received = 0, too_long = 0;
+  for (int i = 0; i < 3000; ++i) {
+    transport::PacketHeaders h;
+    h.bth.opcode = rng() % 2 ? transport::opcode::ud_send_only : transport::opcode::ud_send_only_with_immediate;
+    h.bth.dest_qp = rng() % 8 ? qp->qp_num : static_cast<std::uint32_t>(rng() & 0xffffff);
+    h.bth.psn = static_cast<std::uint32_t>(rng() & 0xffffff);
+    h.bth.se = rng() % 2;
+    h.deth.qkey = rng() % 4 ? 0x1234 : static_cast<std::uint32_t>(rng());
+    h.deth.src_qp = static_cast<std::uint32_t>(rng() & 0xffffff);
+    h.imm.data = static_cast<std::uint32_t>(rng());
+    const std::size_t len = rng() % 4 ? rng() % 2300 : rng() % payload.size();
+    for (std::size_t b = 0; b < len; ++b) payload[b] = static_cast<std::uint8_t>(rng());
+    std::size_t size = transport::build(h, std::span<const std::uint8_t>(payload.data(), len), pkt, &flow);
+    if (size == 0) continue;
+    switch (rng() % 6) {
+      case 0:  // truncated
+        size = rng() % size;
+        break;
+      case 1:  // random bytes after the BTH, ICRC made good again
+        for (std::size_t b = 12; b + 4 < size; ++b)
+          if (rng() % 16 == 0) pkt[b] = static_cast<std::uint8_t>(rng());
+        transport::write_icrc(flow, std::span<std::uint8_t>(pkt.data(), size));
+        break;
+      default:
+        break;
+    }
+    to->inject(from->addr(), std::span<const std::uint8_t>(pkt.data(), size));
+    ibv_wc wc[16];
+    int got;
+    while ((got = ibv_poll_cq(cq, 16, wc)) > 0) {
+      for (int k = 0; k < got; ++k) {
+        ASSERT_LT(wc[k].wr_id, posted.size()) << "a completion of nothing posted";
+        if (wc[k].status == IBV_WC_SUCCESS) {
+          ++received;
+          EXPECT_LE(wc[k].byte_len, posted[wc[k].wr_id].total);
+          EXPECT_GE(wc[k].byte_len, 40u);
+        }
+        if (wc[k].status != IBV_WC_SUCCESS && wc[k].status != IBV_WC_WR_FLUSH_ERR) {
+          // A receive error puts the QP in the error state: reset and go on.
+          EXPECT_EQ(wc[k].status, IBV_WC_LOC_LEN_ERR) << ibv_wc_status_str(wc[k].status);
+          ++too_long;
+        }
+      }
+    }
+    ASSERT_GE(got, 0);
+    // Keep the QP receiving (a length error failed it) and stocked with receives.
+    ibv_qp_attr q{};
+    ibv_qp_init_attr qi{};
+    ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+    if (q.qp_state == IBV_QPS_ERR) {
+      // Entering the error state flushed what was posted: drain, then start over.
+      while ((got = ibv_poll_cq(cq, 16, wc)) > 0) {
+      }
+      a = {};
+      a.qp_state = IBV_QPS_RESET;
+      ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+      a.qp_state = IBV_QPS_INIT;
+      a.port_num = 1;
+      a.qkey = 0x1234;
+      ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+      a = {};
+      a.qp_state = IBV_QPS_RTR;
+      ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+      for (int k = 0; k < 16; ++k) ASSERT_NO_FATAL_FAILURE(post_one());
+    } else if (i % 16 == 0) {
+      ASSERT_NO_FATAL_FAILURE(post_one());
+    }
+  }
+  // The mix reached both outcomes.
+  EXPECT_GT(received, 100);
+  EXPECT_GT(too_long, 10);
+  for (std::size_t b = 0; b < kArena; ++b) {
+    if (!may_change[b]) {
+      ASSERT_EQ(arena[b], 0xa5) << "byte " << b << " outside every receive buffer changed";
+    }
+  }
+  ibv_destroy_qp(qp);
+  ibv_dereg_mr(mr);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
 }
 
 }  // namespace
