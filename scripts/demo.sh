@@ -44,5 +44,8 @@ echo
 echo "== ibv_rc_pingpong -g 1: two processes, RC over RoCEv2"
 pair 18515 ibv_rc_pingpong -g 1 -n 1000
 echo
+echo "== ibv_ud_pingpong -g 1: two processes, UD datagrams"
+pair 18517 ibv_ud_pingpong -g 1 -n 1000
+echo
 echo "== ib_write_bw: perftest, RDMA WRITE bandwidth between two processes"
 pair 18516 ib_write_bw -d emu0 -x 1
