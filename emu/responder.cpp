@@ -151,21 +151,9 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
     uint8_t grh[kGrh] = {};
     const bool eth = device().link_layer() == LinkLayer::kEthernet;
     if (eth) {
-      uint8_t* ip = grh + 20;
-      const uint16_t total = static_cast<uint16_t>(20 + 8 + Bth::kSize + Deth::kSize + pkt.payload.size() +
-                                                   (pkt.op->has(ext::imm) ? Imm::kSize : 0) + pkt.bth.pad_cnt + 4);
-      ip[0] = 0x45;
-      store_be16(ip + 2, total);
-      store_be16(ip + 6, kIpv4FlagDf);
-      ip[8] = 64;
-      ip[9] = kIpProtoUdp;
-      std::memcpy(ip + 12, &src.s_addr, 4);
-      const in_addr own = device().addr();
-      std::memcpy(ip + 16, &own.s_addr, 4);
-      uint32_t sum = 0;
-      for (int i = 0; i < 20; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
-      while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-      store_be16(ip + 10, static_cast<uint16_t>(~sum));
+      const Ipv4Flow f = device().flow(src, device().addr());
+      write_ipv4_header(grh + 20, f.saddr, f.daddr,
+                        pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes);
     }
     std::vector<std::span<uint8_t>> spans;
     if (!resolve_sges(device(), pd_, rcv_.sges.data(), rcv_.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {

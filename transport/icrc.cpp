@@ -158,6 +158,22 @@ std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const
   return id;
 }
 
+void write_ipv4_header(std::uint8_t* out, const std::array<std::uint8_t, 4>& saddr,
+                       const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len) noexcept {
+  std::fill_n(out, kIpv4HeaderBytes, 0);
+  out[0] = 0x45;  // version 4, IHL 5
+  store_be16(out + 2, static_cast<std::uint16_t>(kIpv4HeaderBytes + kUdpHeaderBytes + udp_payload_len));
+  store_be16(out + 6, kIpv4FlagDf);
+  out[8] = 64;  // TTL
+  out[9] = kIpProtoUdp;
+  std::copy(saddr.begin(), saddr.end(), out + 12);
+  std::copy(daddr.begin(), daddr.end(), out + 16);
+  std::uint32_t sum = 0;
+  for (std::size_t i = 0; i < kIpv4HeaderBytes; i += 2) sum += (std::uint32_t{out[i]} << 8) | out[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  store_be16(out + 10, static_cast<std::uint16_t>(~sum));
+}
+
 void write_icrc(const IcrcFlow& flow, std::span<std::uint8_t> udp_payload) noexcept {
   if (udp_payload.size() < Bth::kSize + kIcrcBytes) return;
   const std::size_t n = udp_payload.size() - kIcrcBytes;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -71,6 +72,12 @@ std::uint32_t icrc(const IcrcFlow& flow, std::span<const std::uint8_t> bth_to_pa
 // checked this way is protected by 16 bits of its ICRC fewer.
 std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const std::uint8_t> bth_to_pad,
                                            std::uint32_t received) noexcept;
+
+// Writes the 20-byte IPv4 header of a RoCEv2 packet from src to dst whose UDP
+// payload (BTH .. ICRC) is udp_payload_len bytes, as softverbs' sockets send it:
+// DF set, ID 0, TTL 64, header checksum filled in. Addresses in network order.
+void write_ipv4_header(std::uint8_t* out, const std::array<std::uint8_t, 4>& saddr,
+                       const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len) noexcept;
 
 // Recomputes and writes the ICRC into the last 4 bytes of a whole UDP payload
 // (BTH .. ICRC). No-op if the packet is shorter than BTH + ICRC.

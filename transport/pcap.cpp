@@ -4,11 +4,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
 #include "softverbs/log.hpp"
 #include "transport/headers.hpp"
+#include "transport/icrc.hpp"
 
 namespace softverbs::transport {
 namespace {
@@ -27,13 +29,6 @@ void mac_of(in_addr a, uint8_t* mac) {
   mac[0] = 0x02;
   mac[1] = 0x00;
   std::memcpy(mac + 2, &a.s_addr, 4);
-}
-
-uint16_t ip_checksum(const uint8_t* h, size_t len) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < len; i += 2) sum += static_cast<uint32_t>(h[i] << 8 | h[i + 1]);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
 }
 
 }  // namespace
@@ -74,15 +69,11 @@ void PcapWriter::write(in_addr src, in_addr dst, uint16_t sport, std::span<const
   mac_of(src, eth + 6);
   put16(eth + 12, 0x0800);
   uint8_t* ip = head + kEthLen;
-  const size_t ip_total = kIpLen + kUdpLen + packet.size();
-  ip[0] = 0x45;
-  put16(ip + 2, static_cast<uint16_t>(ip_total));
-  put16(ip + 6, 0x4000);  // DF, ID 0: what an unconnected socket with IP_PMTUDISC_DO sends
-  ip[8] = 64;
-  ip[9] = 17;  // UDP
-  std::memcpy(ip + 12, &src.s_addr, 4);
-  std::memcpy(ip + 16, &dst.s_addr, 4);
-  put16(ip + 10, ip_checksum(ip, kIpLen));
+  // DF, ID 0: what an unconnected socket with IP_PMTUDISC_DO sends.
+  std::array<uint8_t, 4> s{}, d{};
+  std::memcpy(s.data(), &src.s_addr, 4);
+  std::memcpy(d.data(), &dst.s_addr, 4);
+  write_ipv4_header(ip, s, d, packet.size());
   uint8_t* udp = ip + kIpLen;
   put16(udp, sport);
   put16(udp + 2, kRoceV2UdpPort);
