@@ -14,6 +14,15 @@
 
 namespace {
 
+// The emulated device of that name, if the emu backend serves this process
+// (with SOFTVERBS_BACKEND=hw there are no emulated devices to act on).
+softverbs::emu::Device* emu_device(const char* name) {
+  if (!name) return nullptr;
+  for (softverbs::emu::Device* d : softverbs::abi::emu_devices())
+    if (d->name() == name) return d;
+  return nullptr;
+}
+
 int report(bool ok, const std::string& error, char* err, size_t err_len) {
   if (ok) return 0;
   if (err && err_len) {
@@ -58,8 +67,7 @@ SV_EXPORT uint64_t softverbs_fault_hits(const char* rule_name) {
 }
 
 SV_EXPORT int softverbs_device_counters(const char* device_name, struct softverbs_counters* out, size_t size) {
-  for (softverbs::emu::Device* d : softverbs::abi::emu_devices()) {
-    if (!device_name || d->name() != device_name) continue;
+  if (softverbs::emu::Device* d = emu_device(device_name)) {
     const auto& c = d->counters();
     softverbs_counters v{c.tx_packets.load(),         c.rx_packets.load(),      c.rx_icrc_errors.load(),
                          c.rx_malformed.load(),       c.rx_unknown_qp.load(),   c.rx_dropped.load(),
@@ -76,15 +84,6 @@ SV_EXPORT int softverbs_device_counters(const char* device_name, struct softverb
 }
 
 namespace {
-
-// The emulated device of that name, if the emu backend serves this process
-// (with SOFTVERBS_BACKEND=hw there are no emulated devices to act on).
-softverbs::emu::Device* emu_device(const char* name) {
-  if (!name) return nullptr;
-  for (softverbs::emu::Device* d : softverbs::abi::emu_devices())
-    if (d->name() == name) return d;
-  return nullptr;
-}
 
 // The emulated context a verbs context belongs to, or nullptr (another backend).
 softverbs::emu::Context* emu_context(ibv_context* context) {

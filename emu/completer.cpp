@@ -82,9 +82,6 @@ void Qp::request_error_locked(bool event) {
 void Qp::error_locked(bool event) {
   error_pending_ = false;
   if (attr_.qp_state == IBV_QPS_RESET || attr_.qp_state == IBV_QPS_ERR) return;
-  attr_.qp_state = IBV_QPS_ERR;
-  attr_.cur_qp_state = IBV_QPS_ERR;
-  handle_.pub.qp_base.state = IBV_QPS_ERR;
   enter_error_locked();
   if (event) {
     ibv_async_event ev{};
@@ -158,9 +155,6 @@ void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {
   tx_offset_ = 0;
   // IBTA 10.8.3.3: a completion error moves the QP to the error state, which
   // flushes what remains.
-  attr_.qp_state = IBV_QPS_ERR;
-  attr_.cur_qp_state = IBV_QPS_ERR;
-  handle_.pub.qp_base.state = IBV_QPS_ERR;
   enter_error_locked();
 }
 

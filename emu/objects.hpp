@@ -428,6 +428,8 @@ class Qp {
 
  private:
   void flush_locked();
+  // Moves the QP to the error state and flushes it (and raises LAST_WQE_REACHED
+  // for an SRQ QP).
   void enter_error_locked();
 
   // requester

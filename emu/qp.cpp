@@ -349,6 +349,9 @@ void Qp::shutdown() {
 }
 
 void Qp::enter_error_locked() {
+  attr_.qp_state = IBV_QPS_ERR;
+  attr_.cur_qp_state = IBV_QPS_ERR;
+  handle_.pub.qp_base.state = IBV_QPS_ERR;
   flush_locked();
   if (srq_) {
     // IBTA 10.3.1: a QP attached to an SRQ reports its last WQE once in error.

@@ -94,9 +94,6 @@ void Qp::responder_error_locked(NakCode code, ibv_wc_status recv_status, uint32_
   ev.element.qp = ibv();
   ev.event_type = code == NakCode::remote_access_error ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR;
   context().post_async_event(ev);
-  attr_.qp_state = IBV_QPS_ERR;
-  attr_.cur_qp_state = IBV_QPS_ERR;
-  handle_.pub.qp_base.state = IBV_QPS_ERR;
   enter_error_locked();
 }
 
