@@ -103,12 +103,9 @@ void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
           }
           case transport::FaultAction::delay: {
             counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
-            auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
-            auto bytes = std::make_shared<std::vector<uint8_t>>(packet.begin(), packet.end());
-            Progress::instance().post([this, timer, bytes, dst, us = d.delay_us] {
-              timer->expires_after(std::chrono::microseconds(us));
-              timer->async_wait([this, timer, bytes, dst](const boost::system::error_code&) { send_now(dst, *bytes); });
-            });
+            Progress::instance().after(
+                std::chrono::microseconds(d.delay_us),
+                [this, dst, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] { send_now(dst, bytes); });
             return;
           }
           case transport::FaultAction::reorder: {
@@ -117,17 +114,13 @@ void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
             if (!held_tx_) {
               held_tx_.emplace(dst, std::vector<uint8_t>(packet.begin(), packet.end()));
               // It goes out after the next packet, or after a short while if none follows.
-              auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
-              Progress::instance().post([this, timer] {
-                timer->expires_after(kReorderHold);
-                timer->async_wait([this, timer](const boost::system::error_code&) {
-                  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held;
-                  {
-                    std::lock_guard l(held_mu_);
-                    held.swap(held_tx_);
-                  }
-                  if (held) send_now(held->first, held->second);
-                });
+              Progress::instance().after(kReorderHold, [this] {
+                std::optional<std::pair<in_addr, std::vector<uint8_t>>> held;
+                {
+                  std::lock_guard l(held_mu_);
+                  held.swap(held_tx_);
+                }
+                if (held) send_now(held->first, held->second);
               });
               return;
             }
@@ -172,14 +165,9 @@ void Device::send_now(in_addr dst, std::span<const uint8_t> packet) {
 }
 
 void Device::deliver_later(in_addr src, uint16_t sport, std::vector<uint8_t> bytes, uint32_t delay_us) {
-  auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
-  auto data = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-  Progress::instance().post([this, timer, data, src, sport, delay_us] {
-    timer->expires_after(std::chrono::microseconds(delay_us));
-    timer->async_wait([this, timer, data, src, sport](const boost::system::error_code&) {
-      std::lock_guard lock(rx_mu_);
-      handle_packet(src, sport, *data, false);
-    });
+  Progress::instance().after(std::chrono::microseconds(delay_us), [this, src, sport, data = std::move(bytes)] {
+    std::lock_guard lock(rx_mu_);
+    handle_packet(src, sport, data, false);
   });
 }
 
@@ -291,16 +279,12 @@ void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t>
             counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
             held_rx_.emplace(src, sport, std::vector<uint8_t>(packet.begin(), packet.end()));
             // Handled after the next packet, or after a short while if none follows.
-            auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
-            Progress::instance().post([this, timer] {
-              timer->expires_after(kReorderHold);
-              timer->async_wait([this, timer](const boost::system::error_code&) {
-                std::lock_guard lock(rx_mu_);
-                if (!held_rx_) return;
-                auto held = std::move(*held_rx_);
-                held_rx_.reset();
-                handle_packet(std::get<0>(held), std::get<1>(held), std::get<2>(held), false);
-              });
+            Progress::instance().after(kReorderHold, [this] {
+              std::lock_guard lock(rx_mu_);
+              if (!held_rx_) return;
+              auto held = std::move(*held_rx_);
+              held_rx_.reset();
+              handle_packet(std::get<0>(held), std::get<1>(held), std::get<2>(held), false);
             });
             return;
           }

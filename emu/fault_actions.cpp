@@ -51,14 +51,14 @@ bool raise_event(Device& dev, Qp* qp, int type, uint8_t port) {
   return false;
 }
 
-void schedule_port_up(Device& dev, uint32_t after_ms) {
-  auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
-  Progress::instance().post([&dev, timer, after_ms] {
-    timer->expires_after(std::chrono::milliseconds(after_ms));
-    timer->async_wait([&dev, timer](const boost::system::error_code&) {
-      if (!dev.fatal()) dev.set_port_active(true);
-    });
-  });
+// Carries out a decision whose QP, if it needs one, is named by number: the QP
+// is looked up and kept alive while the action runs (it may be gone by now).
+void apply_fault_by_qpn(Device& dev, const FaultDecision& d) {
+  if (d.action == FaultAction::qp_error || (d.action == FaultAction::event && d.qpn)) {
+    dev.with_qp(d.qpn.value_or(0), [&](Qp* qp) { apply_fault(dev, d, qp); });
+  } else {
+    apply_fault(dev, d, nullptr);
+  }
 }
 
 }  // namespace
@@ -75,7 +75,11 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
       break;
     case FaultAction::port_down:
       dev.set_port_active(false);
-      if (d.duration_ms) schedule_port_up(dev, d.duration_ms);
+      if (d.duration_ms) {
+        Progress::instance().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
+          if (!dev.fatal()) dev.set_port_active(true);
+        });
+      }
       break;
     case FaultAction::port_up:
       if (!dev.fatal()) dev.set_port_active(true);
@@ -99,15 +103,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
 void apply_fault_later(Device& dev, const FaultDecision& d) {
   // Devices live for the whole process; QPs are named by number and looked up
   // again when the action runs.
-  Progress::instance().post([&dev, d] {
-    if (d.action == FaultAction::qp_error || d.action == FaultAction::event) {
-      // A QP may be gone by now: only act on one that still exists, under the
-      // receive lock that keeps it alive.
-      dev.with_qp(d.qpn.value_or(0), [&](Qp* qp) { apply_fault(dev, d, qp); });
-      return;
-    }
-    apply_fault(dev, d, nullptr);
-  });
+  Progress::instance().post([&dev, d] { apply_fault_by_qpn(dev, d); });
 }
 
 int post_fault(Qp& qp, transport::VerbPoint verb, std::optional<int> opcode) {
@@ -124,21 +120,11 @@ int post_fault(Qp& qp, transport::VerbPoint verb, std::optional<int> opcode) {
 
 void install_timed_faults() {
   transport::FaultEngine::instance().set_timed_scheduler([](size_t index, uint64_t generation, uint32_t at_ms) {
-    auto timer = std::make_shared<boost::asio::steady_timer>(Progress::instance().io());
-    Progress::instance().post([timer, index, generation, at_ms] {
-      timer->expires_after(std::chrono::milliseconds(at_ms));
-      timer->async_wait([timer, index, generation](const boost::system::error_code&) {
-        FaultDecision d = transport::FaultEngine::instance().fire_timed(index, generation);
-        if (!d.fired) return;
-        for (Device* dev : DeviceRegistry::instance().devices()) {
-          if (!d.device.empty() && d.device != dev->name()) continue;
-          if (d.action == FaultAction::qp_error || (d.action == FaultAction::event && d.qpn)) {
-            dev->with_qp(d.qpn.value_or(0), [&](Qp* qp) { apply_fault(*dev, d, qp); });
-          } else {
-            apply_fault(*dev, d, nullptr);
-          }
-        }
-      });
+    Progress::instance().after(std::chrono::milliseconds(at_ms), [index, generation] {
+      FaultDecision d = transport::FaultEngine::instance().fire_timed(index, generation);
+      if (!d.fired) return;
+      for (Device* dev : DeviceRegistry::instance().devices())
+        if (d.device.empty() || d.device == dev->name()) apply_fault_by_qpn(*dev, d);
     });
   });
 }

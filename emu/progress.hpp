@@ -11,7 +11,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -35,6 +34,17 @@ class Progress {
   void post(F&& f) {
     ensure_started();
     boost::asio::post(io_, std::forward<F>(f));
+  }
+
+  // Runs f on the progress thread once `delay` has passed (one-shot, never
+  // cancelled: f must only touch what outlives it, or check that it still exists).
+  template <class F>
+  void after(std::chrono::steady_clock::duration delay, F&& f) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(io_);
+    post([timer, delay, f = std::forward<F>(f)]() mutable {
+      timer->expires_after(delay);
+      timer->async_wait([timer, f = std::move(f)](const boost::system::error_code&) mutable { f(); });
+    });
   }
 
  private:
