@@ -194,6 +194,15 @@ struct Endpoint {
   ibv_gid gid{};
 };
 
+// This side's part of the handshake that every role sends: which side it is, its
+// QPN, its first PSN and its GID.
+void identify(Hello& h, const Endpoint& e, uint32_t side, uint32_t psn) {
+  h.side = side;
+  h.qpn = e.qp->qp_num;
+  h.psn = psn;
+  std::memcpy(h.gid, e.gid.raw, 16);
+}
+
 void open_endpoint(Endpoint& e, int sq_depth, int rq_depth, int cqe) {
   int n = 0;
   e.list = ibv_get_device_list(&n);
@@ -509,7 +518,6 @@ int run_soak(int fd) {
   std::vector<uint64_t> atomic_words(2), atomic_results(kWindow);
   fill(read_src.data(), read_src.size(), op_key(side, 0) ^ 0x7ead);
   Hello mine;
-  mine.side = side;
   mine.ops = ops;
   mine.counter_init = atomic_words[0] = mix(side + 100) >> 8;
   mine.cas_init = atomic_words[1] = mix(side + 200);
@@ -524,9 +532,7 @@ int run_soak(int fd) {
   ibv_mr* atomic_mr = reg(e, atomic_words.data(), 16, remote | IBV_ACCESS_REMOTE_ATOMIC);
   ibv_mr* result_mr = reg(e, atomic_results.data(), atomic_results.size() * 8, IBV_ACCESS_LOCAL_WRITE);
 
-  mine.qpn = e.qp->qp_num;
-  mine.psn = side == 0 ? 0xfffc00 : 0x000123;  // one side crosses the 24-bit wrap early
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, side, side == 0 ? 0xfffc00 : 0x000123);  // one side crosses the 24-bit wrap early
   mine.write_addr = reinterpret_cast<uintptr_t>(write_target.data());
   mine.write_imm_addr = reinterpret_cast<uintptr_t>(write_imm_target.data());
   mine.read_addr = reinterpret_cast<uintptr_t>(read_src.data());
@@ -857,10 +863,7 @@ int run_victim(int fd) {
   ibv_mr* read_mr = reg(e, read_src.data(), read_src.size(), remote);
   ibv_mr* recv_mr = reg(e, recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
   Hello mine;
-  mine.side = 1;
-  mine.qpn = e.qp->qp_num;
-  mine.psn = 0x00abcd;
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, 1, 0x00abcd);
   mine.write_addr = reinterpret_cast<uintptr_t>(target.data());
   mine.write_rkey = target_mr->rkey;
   mine.read_addr = reinterpret_cast<uintptr_t>(read_src.data());
@@ -903,10 +906,7 @@ int run_survivor(int fd) {
   std::vector<uint8_t> recv_buf(64);
   ibv_mr* recv_mr = reg(e, recv_buf.data(), recv_buf.size(), IBV_ACCESS_LOCAL_WRITE);
   Hello mine;
-  mine.side = 0;
-  mine.qpn = e.qp->qp_num;
-  mine.psn = 0x00f00d;
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, 0, 0x00f00d);
   const Hello peer = exchange(fd, mine);
   QpParams p;
   p.mtu = IBV_MTU_4096;
@@ -1100,10 +1100,7 @@ int run_rnr_receiver(int fd) {
   std::vector<uint8_t> buf(2 * kRnrMsg);
   ibv_mr* mr = reg(e, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   Hello mine;
-  mine.side = 1;
-  mine.qpn = e.qp->qp_num;
-  mine.psn = 0x000100;
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, 1, 0x000100);
   const Hello peer = exchange(fd, mine);
   QpParams p;
   p.timeout = 14;
@@ -1177,10 +1174,7 @@ int run_rnr_sender(int fd) {
   fill(buf.data(), buf.size(), 0x4e4e);
   ibv_mr* mr = reg(e, buf.data(), buf.size(), 0);
   Hello mine;
-  mine.side = 0;
-  mine.qpn = e.qp->qp_num;
-  mine.psn = kRnrPsn;
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, 0, kRnrPsn);
   const Hello peer = exchange(fd, mine);
   QpParams p;
   p.timeout = 14;  // 67 ms: no local ACK timeout while the receiver answers
@@ -1272,10 +1266,7 @@ int run_lost_responder(int fd) {
   ibv_mr* word_mr = reg(e, word.data(), 8, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
   ibv_mr* target_mr = reg(e, target.data(), target.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   Hello mine;
-  mine.side = 1;
-  mine.qpn = e.qp->qp_num;
-  mine.psn = 0x000100;
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, 1, 0x000100);
   mine.atomic_addr = reinterpret_cast<uintptr_t>(word.data());
   mine.atomic_rkey = word_mr->rkey;
   mine.write_addr = reinterpret_cast<uintptr_t>(target.data());
@@ -1325,10 +1316,7 @@ int run_lost_requester(int fd) {
   ibv_mr* result_mr = reg(e, result.data(), 8, IBV_ACCESS_LOCAL_WRITE);
   ibv_mr* src_mr = reg(e, src.data(), src.size(), 0);
   Hello mine;
-  mine.side = 0;
-  mine.qpn = e.qp->qp_num;
-  mine.psn = kLostPsn;
-  std::memcpy(mine.gid, e.gid.raw, 16);
+  identify(mine, e, 0, kLostPsn);
   const Hello peer = exchange(fd, mine);
   QpParams p;
   p.timeout = 14;
