@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "pair.hpp"
+
 namespace {
 
 constexpr uint32_t kMsg = 3000;      // bytes per SEND / WRITE / READ: three packets at MTU 1024
@@ -101,38 +103,9 @@ class FaultSoak : public ::testing::Test {
   }
 
   static void connect(Side& s, const Side& peer) {
-    ibv_qp_attr x{};
-    x.qp_state = IBV_QPS_INIT;
-    x.port_num = 1;
-    x.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    x = {};
-    x.qp_state = IBV_QPS_RTR;
-    x.path_mtu = IBV_MTU_1024;
-    x.dest_qp_num = peer.qp->qp_num;
-    x.rq_psn = kPsn;
-    x.max_dest_rd_atomic = 4;
-    x.min_rnr_timer = 1;
-    x.ah_attr.is_global = 1;
-    x.ah_attr.grh.dgid = peer.gid;
-    x.ah_attr.grh.sgid_index = 1;
-    x.ah_attr.grh.hop_limit = 64;
-    x.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &x,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    x = {};
-    x.qp_state = IBV_QPS_RTS;
-    x.timeout = 8;  // about 1 ms
-    x.retry_cnt = 7;
-    x.rnr_retry = 7;
-    x.sq_psn = kPsn;
-    x.max_rd_atomic = 4;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &x,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    faults_test::QpParams p;  // timeout 8 (about 1 ms), retry_cnt 7, rnr_retry 7, min_rnr_timer 1
+    p.psn = kPsn;
+    ASSERT_NO_FATAL_FAILURE(faults_test::connect_rc(s.qp, peer.qp->qp_num, peer.gid, p));
   }
 
   static void post_recv(Side& s) {

@@ -24,6 +24,7 @@ struct QpParams {
   uint8_t min_rnr_timer = 1;
   int cq_depth = 64;
   bool with_srq = false;
+  uint32_t psn = 0;  // first PSN, both directions
 };
 
 struct Side {
@@ -61,6 +62,43 @@ inline bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms = kWaitMs) 
   pollfd p{ctx->async_fd, POLLIN, 0};
   if (::poll(&p, 1, ms) != 1) return false;
   return ibv_get_async_event(ctx, ev) == 0;
+}
+
+// Takes an RC QP from RESET to RTS towards a peer QP of a device with the given
+// IPv4-mapped GID (index 1 on an emulated RoCE port), with every remote right.
+inline void connect_rc(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& peer_gid, const QpParams& p) {
+  ibv_qp_attr x{};
+  x.qp_state = IBV_QPS_INIT;
+  x.port_num = 1;
+  x.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  ASSERT_EQ(ibv_modify_qp(qp, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  x = {};
+  x.qp_state = IBV_QPS_RTR;
+  x.path_mtu = IBV_MTU_1024;
+  x.dest_qp_num = peer_qpn;
+  x.rq_psn = p.psn;
+  x.max_dest_rd_atomic = 4;
+  x.min_rnr_timer = p.min_rnr_timer;
+  x.ah_attr.is_global = 1;
+  x.ah_attr.grh.dgid = peer_gid;
+  x.ah_attr.grh.sgid_index = 1;
+  x.ah_attr.grh.hop_limit = 64;
+  x.ah_attr.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(qp, &x,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  x = {};
+  x.qp_state = IBV_QPS_RTS;
+  x.timeout = p.timeout;
+  x.retry_cnt = p.retry_cnt;
+  x.rnr_retry = p.rnr_retry;
+  x.sq_psn = p.psn;
+  x.max_rd_atomic = 4;
+  ASSERT_EQ(ibv_modify_qp(qp, &x,
+                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                              IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
 }
 
 class PairTest : public ::testing::Test {
@@ -120,38 +158,7 @@ class PairTest : public ::testing::Test {
   }
 
   static void connect(Side& s, const Side& peer, const QpParams& p) {
-    ibv_qp_attr x{};
-    x.qp_state = IBV_QPS_INIT;
-    x.port_num = 1;
-    x.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    x = {};
-    x.qp_state = IBV_QPS_RTR;
-    x.path_mtu = IBV_MTU_1024;
-    x.dest_qp_num = peer.qp->qp_num;
-    x.rq_psn = 0;
-    x.max_dest_rd_atomic = 4;
-    x.min_rnr_timer = p.min_rnr_timer;
-    x.ah_attr.is_global = 1;
-    x.ah_attr.grh.dgid = peer.gid;
-    x.ah_attr.grh.sgid_index = 1;
-    x.ah_attr.grh.hop_limit = 64;
-    x.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &x,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    x = {};
-    x.qp_state = IBV_QPS_RTS;
-    x.timeout = p.timeout;
-    x.retry_cnt = p.retry_cnt;
-    x.rnr_retry = p.rnr_retry;
-    x.sq_psn = 0;
-    x.max_rd_atomic = 4;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &x,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    ASSERT_NO_FATAL_FAILURE(connect_rc(s.qp, peer.qp->qp_num, peer.gid, p));
   }
 
   // Posts one work request from s's buffer at `offset` (to the peer's at the
