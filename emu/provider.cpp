@@ -10,11 +10,11 @@
 #include <cstring>
 #include <memory>
 
-#include "emu/caps.hpp"
-#include "emu/memcheck.hpp"
-#include "emu/objects.hpp"
-#include "emu/ops.hpp"
-#include "softverbs/events.hpp"
+#include "emu/device/caps.hpp"
+#include "emu/memory/user_range.hpp"
+#include "emu/objects/objects.hpp"
+#include "emu/objects/ops.hpp"
+#include "core/events.hpp"
 
 namespace softverbs::emu {
 namespace {

@@ -1,7 +1,7 @@
-// The emulated provider (see include/softverbs/provider.hpp for the conventions).
+// The emulated provider (see core/provider.hpp for the conventions).
 #pragma once
 
-#include "softverbs/provider.hpp"
+#include "core/provider.hpp"
 
 namespace softverbs::emu {
 
@@ -65,6 +65,14 @@ class EmuProvider final : public Provider {
   int init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh, ibv_ah_attr* ah_attr) override;
   int resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6], uint16_t* vid) override;
   int fork_init() override;
+
+  // The control API (emu/control.cpp).
+  int device_counters(const char* device_name, softverbs_counters* out) override;
+  int port_set_state(const char* device_name, uint8_t port_num, bool active) override;
+  int device_fatal(const char* device_name) override;
+  int qp_force_error(ibv_qp* qp) override;
+  int raise_async_event(ibv_context* context, const ibv_async_event& event) override;
+  int read_sysfs_attr(const char* dir, const char* file, std::string* value) override;
 };
 
 }  // namespace softverbs::emu

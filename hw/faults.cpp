@@ -10,18 +10,18 @@
 #include <vector>
 
 #include "hw/context.hpp"
-#include "softverbs/events.hpp"
-#include "softverbs/log.hpp"
-#include "transport/faults.hpp"
+#include "core/events.hpp"
+#include "core/log.hpp"
+#include "faults/engine.hpp"
 
 namespace softverbs::hw {
 namespace {
 
-using transport::FaultAction;
-using transport::FaultDecision;
-using transport::FaultEngine;
-using transport::VerbFacts;
-using transport::VerbPoint;
+using faults::FaultAction;
+using faults::FaultDecision;
+using faults::FaultEngine;
+using faults::VerbFacts;
+using faults::VerbPoint;
 
 std::mutex g_mu;
 // Injected events per context, and those handed out but not yet acknowledged.
@@ -85,7 +85,7 @@ void apply(const FaultDecision& d, ibv_qp* qp, ibv_context* ctx) {
     }
     default:
       SV_LOG(kInfo, "fault rule %zu: action %.*s is not available on the hw backend", d.rule,
-             static_cast<int>(transport::to_string(d.action).size()), transport::to_string(d.action).data());
+             static_cast<int>(faults::to_string(d.action).size()), faults::to_string(d.action).data());
       return;
   }
 }

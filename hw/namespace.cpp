@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "softverbs/log.hpp"
+#include "core/log.hpp"
 
 #ifndef SV_HW_DEFAULT_LIBIBVERBS
 #define SV_HW_DEFAULT_LIBIBVERBS "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"

@@ -6,7 +6,7 @@
 #include "hw/context.hpp"
 #include "hw/faults.hpp"
 #include "hw/namespace.hpp"
-#include "softverbs/log.hpp"
+#include "core/log.hpp"
 
 namespace softverbs::hw {
 namespace {
@@ -384,4 +384,21 @@ int HwProvider::fork_init() {
   return ns->call(ns->fn().fork_init);
 }
 
+// ---- the control API -------------------------------------------------------
+
+int HwProvider::qp_force_error(ibv_qp* qp) {
+  // A real QP: moved to the error state through the passthrough, and the event
+  // injected (a real device raises none for that).
+  return force_qp_error(qp);
+}
+
+int HwProvider::raise_async_event(ibv_context* context, const ibv_async_event& event) {
+  // Any port number: a real device's other contexts are not known, so the
+  // event goes to this context only.
+  inject_async_event(context, event);
+  return 0;
+}
+
 }  // namespace softverbs::hw
+
+softverbs::Provider& softverbs::hw_provider() { return hw::HwProvider::instance(); }

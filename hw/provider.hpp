@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "softverbs/provider.hpp"
+#include "core/provider.hpp"
 
 namespace softverbs::hw {
 
@@ -95,6 +95,10 @@ class HwProvider final : public Provider {
   std::mutex lists_mu_;
   std::vector<HeldList> lists_;
   std::once_flag logged_devices_;
+
+  // The control API: what can be done from above a real provider.
+  int qp_force_error(ibv_qp* qp) override;
+  int raise_async_event(ibv_context* context, const ibv_async_event& event) override;
 };
 
 }  // namespace softverbs::hw

@@ -1,6 +1,6 @@
 // The rdma-core functions the hw backend forwards to, each with the symbol
 // version the real libibverbs.so.1 exports it under by default (the "@@" version
-// in objdump -T; abi/libibverbs.map lists the same nodes). Looking them up with
+// in objdump -T; abi/verbs/libibverbs.map lists the same nodes). Looking them up with
 // dlvsym and these versions gives exactly the implementation a program linked
 // against rdma-core 44 would call, never a hidden 1.0 compatibility variant.
 //
@@ -14,7 +14,7 @@
 
 #include <type_traits>
 
-#include "softverbs/rdma_private.h"
+#include "core/rdma_private.h"
 
 // X(member, exported name, version, required, function type)
 #define SV_HW_FORWARDED(X)                                                                                             \
@@ -90,7 +90,7 @@ struct ForwardedSymbol {
 };
 
 // The table above as data, for diagnostics and for the test that checks it
-// against abi/libibverbs.map.
+// against abi/verbs/libibverbs.map.
 inline constexpr ForwardedSymbol kForwardedSymbols[] = {
 #define SV_HW_ROW(member, name, version, required, ...) {name, version, required},
     SV_HW_FORWARDED(SV_HW_ROW)

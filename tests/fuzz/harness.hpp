@@ -16,7 +16,7 @@ namespace softverbs::fuzz {
 using Bytes = std::vector<std::uint8_t>;
 
 // ---------------------------------------------------------------------------
-// transport::parse and transport::build
+// wire::parse and wire::build
 //
 // The input is read twice: as a packet (BTH .. ICRC) handed to parse() with and
 // without ICRC verification, and as a description of headers and payload handed
@@ -74,7 +74,7 @@ std::vector<std::string> check_receive(std::span<const std::uint8_t> input);
 std::string receive_stats();
 
 // ---------------------------------------------------------------------------
-// Seeds: small valid inputs for each target, built with transport::build.
+// Seeds: small valid inputs for each target, built with wire::build.
 std::vector<Bytes> parse_seeds();
 std::vector<Bytes> receive_seeds();
 

@@ -1,4 +1,4 @@
-// The properties of transport::parse and transport::build checked on every input
+// The properties of wire::parse and wire::build checked on every input
 // of the parse fuzz target (harness.hpp).
 #include <algorithm>
 #include <cstdarg>
@@ -7,15 +7,15 @@
 #include <memory>
 
 #include "tests/fuzz/harness.hpp"
-#include "transport/headers.hpp"
-#include "transport/icrc.hpp"
-#include "transport/opcode.hpp"
-#include "transport/packet.hpp"
+#include "wire/headers.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
 
 namespace softverbs::fuzz {
 namespace {
 
-using namespace transport;
+using namespace wire;
 
 // Collects violations with a printf-style message.
 class Report {

@@ -1,5 +1,5 @@
-// libFuzzer target: transport::parse (with and without ICRC verification) and
-// transport::build round trips on arbitrary bytes. The properties are in
+// libFuzzer target: wire::parse (with and without ICRC verification) and
+// wire::build round trips on arbitrary bytes. The properties are in
 // parse_check.cpp; a violation aborts with its description.
 #include <cstdio>
 #include <cstdlib>

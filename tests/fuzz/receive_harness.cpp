@@ -31,18 +31,18 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "emu/objects.hpp"
+#include "emu/objects/objects.hpp"
 #include "tests/fuzz/harness.hpp"
-#include "transport/headers.hpp"
-#include "transport/icrc.hpp"
-#include "transport/opcode.hpp"
-#include "transport/packet.hpp"
-#include "transport/psn.hpp"
+#include "wire/headers.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
+#include "wire/psn.hpp"
 
 namespace softverbs::fuzz {
 namespace {
 
-using namespace transport;
+using namespace wire;
 
 constexpr std::size_t kGuard = 64;
 constexpr std::size_t kMaxRecords = 48;

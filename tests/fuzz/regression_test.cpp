@@ -17,11 +17,11 @@
 #include <utility>
 #include <vector>
 
-#include "emu/objects.hpp"
+#include "emu/objects/objects.hpp"
 #include "tests/fuzz/harness.hpp"
-#include "transport/icrc.hpp"
-#include "transport/opcode.hpp"
-#include "transport/packet.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
 
 namespace softverbs::fuzz {
 namespace {
@@ -295,13 +295,13 @@ TEST(HostileDatagrams, UdReceivesStayInsideTheirBuffers) {
   };
   for (int i = 0; i < 200; ++i) ASSERT_NO_FATAL_FAILURE(post_one());
 
-  const transport::IcrcFlow flow{to->flow(from->addr(), to->addr())};
-  std::vector<std::uint8_t> pkt(transport::kMaxUdpPayload);
+  const wire::IcrcFlow flow{to->flow(from->addr(), to->addr())};
+  std::vector<std::uint8_t> pkt(wire::kMaxUdpPayload);
   std::vector<std::uint8_t> payload(4200);
   int received = 0, too_long = 0;
   for (int i = 0; i < 3000; ++i) {
-    transport::PacketHeaders h;
-    h.bth.opcode = rng() % 2 ? transport::opcode::ud_send_only : transport::opcode::ud_send_only_with_immediate;
+    wire::PacketHeaders h;
+    h.bth.opcode = rng() % 2 ? wire::opcode::ud_send_only : wire::opcode::ud_send_only_with_immediate;
     h.bth.dest_qp = rng() % 8 ? qp->qp_num : static_cast<std::uint32_t>(rng() & 0xffffff);
     h.bth.psn = static_cast<std::uint32_t>(rng() & 0xffffff);
     h.bth.se = rng() % 2;
@@ -310,7 +310,7 @@ TEST(HostileDatagrams, UdReceivesStayInsideTheirBuffers) {
     h.imm.data = static_cast<std::uint32_t>(rng());
     const std::size_t len = rng() % 4 ? rng() % 2300 : rng() % payload.size();
     for (std::size_t b = 0; b < len; ++b) payload[b] = static_cast<std::uint8_t>(rng());
-    std::size_t size = transport::build(h, std::span<const std::uint8_t>(payload.data(), len), pkt, &flow);
+    std::size_t size = wire::build(h, std::span<const std::uint8_t>(payload.data(), len), pkt, &flow);
     if (size == 0) continue;
     switch (rng() % 6) {
       case 0:  // truncated
@@ -319,7 +319,7 @@ TEST(HostileDatagrams, UdReceivesStayInsideTheirBuffers) {
       case 1:  // random bytes after the BTH, ICRC made good again
         for (std::size_t b = 12; b + 4 < size; ++b)
           if (rng() % 16 == 0) pkt[b] = static_cast<std::uint8_t>(rng());
-        transport::write_icrc(flow, std::span<std::uint8_t>(pkt.data(), size));
+        wire::write_icrc(flow, std::span<std::uint8_t>(pkt.data(), size));
         break;
       default:
         break;

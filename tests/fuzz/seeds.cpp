@@ -1,4 +1,4 @@
-// Seed inputs for the fuzz targets, built with transport::build so that they
+// Seed inputs for the fuzz targets, built with wire::build so that they
 // follow the wire format exactly; the fuzzer starts from them.
 #include <sys/stat.h>
 
@@ -7,15 +7,15 @@
 #include <cstring>
 
 #include "tests/fuzz/harness.hpp"
-#include "transport/headers.hpp"
-#include "transport/icrc.hpp"
-#include "transport/opcode.hpp"
-#include "transport/packet.hpp"
+#include "wire/headers.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
 
 namespace softverbs::fuzz {
 namespace {
 
-using namespace transport;
+using namespace wire;
 
 Bytes packet(const PacketHeaders& h, std::size_t payload_len, std::uint8_t fill = 0x5A) {
   Bytes payload(payload_len);

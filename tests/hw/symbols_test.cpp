@@ -1,5 +1,5 @@
 // The forwarding table (hw/symbols.hpp) against the version script of our own
-// export table (abi/libibverbs.map), which reproduces rdma-core 44's default
+// export table (abi/verbs/libibverbs.map), which reproduces rdma-core 44's default
 // versions: dlvsym with any other version would miss the real function or find
 // a compatibility variant with other semantics.
 #include "hw/symbols.hpp"

@@ -1,5 +1,5 @@
 // ICRC tests: known-good vectors and the masking rules of roce-wire.md §2.1.
-#include "transport/icrc.hpp"
+#include "wire/icrc.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <span>
 #include <vector>
 
-#include "transport/packet.hpp"
+#include "wire/packet.hpp"
 
-namespace softverbs::transport {
+namespace softverbs::wire {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -363,4 +363,4 @@ TEST(IcrcIpv4Id, CorruptionIsStillCaught) {
 }
 
 }  // namespace
-}  // namespace softverbs::transport
+}  // namespace softverbs::wire

@@ -1,12 +1,12 @@
 // 24-bit PSN arithmetic across the wrap (roce-wire.md §2.3).
-#include "transport/psn.hpp"
+#include "wire/psn.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
 
-namespace softverbs::transport {
+namespace softverbs::wire {
 namespace {
 
 static_assert(psn_add(kPsnMask, 1) == 0);
@@ -80,4 +80,4 @@ TEST(Psn, Window) {
 }
 
 }  // namespace
-}  // namespace softverbs::transport
+}  // namespace softverbs::wire

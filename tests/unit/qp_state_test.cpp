@@ -5,7 +5,7 @@
 // drivers/infiniband/core/verbs.c); it is deliberately not derived from the
 // code under test. The required sets of the RESET->INIT->RTR->RTS path are
 // checked a second time against the rdma-core ibv_modify_qp(3) man page.
-#include "emu/qp_state.hpp"
+#include "emu/qp/qp_state.hpp"
 
 #include <gtest/gtest.h>
 

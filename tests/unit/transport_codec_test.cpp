@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "transport/headers.hpp"
-#include "transport/icrc.hpp"
-#include "transport/opcode.hpp"
-#include "transport/packet.hpp"
+#include "wire/headers.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
 
-namespace softverbs::transport {
+namespace softverbs::wire {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -697,4 +697,4 @@ TEST(TransportParseHostile, BitFlipsOfValidPackets) {
 }
 
 }  // namespace
-}  // namespace softverbs::transport
+}  // namespace softverbs::wire

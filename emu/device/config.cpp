@@ -1,0 +1,141 @@
+#include "emu/device/config.hpp"
+
+#include <arpa/inet.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <set>
+
+namespace softverbs::emu {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<LinkLayer> parse_link_layer(std::string_view text) {
+  if (text == "eth" || text == "ethernet" || text == "roce") return LinkLayer::kEthernet;
+  if (text == "ib" || text == "infiniband") return LinkLayer::kInfiniBand;
+  return std::nullopt;
+}
+
+bool valid_name(std::string_view name) {
+  // Device names become sysfs-like path components and are printed by tools.
+  if (name.empty() || name.size() >= IBV_SYSFS_NAME_MAX) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<ibv_mtu> parse_mtu(std::string_view text) {
+  text = trim(text);
+  if (text == "256") return IBV_MTU_256;
+  if (text == "512") return IBV_MTU_512;
+  if (text == "1024") return IBV_MTU_1024;
+  if (text == "2048") return IBV_MTU_2048;
+  if (text == "4096") return IBV_MTU_4096;
+  return std::nullopt;
+}
+
+std::optional<Config> parse_config(const char* devices, const char* link_layer, const char* mtu,
+                                   std::string* error) {
+  LinkLayer default_ll = LinkLayer::kEthernet;
+  if (link_layer && *link_layer) {
+    auto ll = parse_link_layer(trim(link_layer));
+    if (!ll) {
+      *error = std::string("SOFTVERBS_LINK_LAYER: expected eth or ib, got '") + link_layer + "'";
+      return std::nullopt;
+    }
+    default_ll = *ll;
+  }
+  ibv_mtu default_mtu = IBV_MTU_4096;
+  if (mtu && *mtu) {
+    auto m = parse_mtu(mtu);
+    if (!m) {
+      *error = std::string("SOFTVERBS_MTU: expected 256, 512, 1024, 2048 or 4096, got '") + mtu + "'";
+      return std::nullopt;
+    }
+    default_mtu = *m;
+  }
+
+  Config config;
+  std::string_view spec = devices && *devices ? trim(devices) : std::string_view("1");
+  int count = 0;
+  auto [end, ec] = std::from_chars(spec.data(), spec.data() + spec.size(), count);
+  if (ec == std::errc() && end == spec.data() + spec.size()) {
+    if (count < 0 || count > kMaxDevices) {
+      *error = "SOFTVERBS_DEVICES: the number of devices must be 0.." + std::to_string(kMaxDevices);
+      return std::nullopt;
+    }
+    for (int i = 0; i < count; ++i)
+      config.devices.push_back({"emu" + std::to_string(i), std::nullopt, default_ll, default_mtu});
+    return config;
+  }
+
+  std::set<std::string> names;
+  std::set<in_addr_t> addrs;
+  while (!spec.empty()) {
+    size_t comma = spec.find(',');
+    std::string_view entry = trim(spec.substr(0, comma));
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    DeviceConfig dev{{}, std::nullopt, default_ll, default_mtu};
+    size_t slash = entry.find('/');
+    if (slash != std::string_view::npos) {
+      auto ll = parse_link_layer(entry.substr(slash + 1));
+      if (!ll) {
+        *error = "SOFTVERBS_DEVICES: unknown link layer in '" + std::string(entry) + "' (eth or ib)";
+        return std::nullopt;
+      }
+      dev.link_layer = *ll;
+      entry = entry.substr(0, slash);
+    }
+    size_t at = entry.find('@');
+    if (at != std::string_view::npos) {
+      std::string text(entry.substr(at + 1));
+      if (text != "auto") {
+        in_addr a{};
+        if (inet_pton(AF_INET, text.c_str(), &a) != 1 || a.s_addr == 0) {
+          *error = "SOFTVERBS_DEVICES: '" + text + "' is not an IPv4 address";
+          return std::nullopt;
+        }
+        if (!addrs.insert(a.s_addr).second) {
+          *error = "SOFTVERBS_DEVICES: address " + text + " is given to two devices";
+          return std::nullopt;
+        }
+        dev.addr = a;
+      }
+      entry = entry.substr(0, at);
+    }
+    if (!valid_name(entry)) {
+      *error = "SOFTVERBS_DEVICES: invalid device name '" + std::string(entry) +
+               "' (letters, digits, '_' and '-', at most 63 characters)";
+      return std::nullopt;
+    }
+    dev.name = std::string(entry);
+    if (!names.insert(dev.name).second) {
+      *error = "SOFTVERBS_DEVICES: device name '" + dev.name + "' appears twice";
+      return std::nullopt;
+    }
+    config.devices.push_back(std::move(dev));
+    if (config.devices.size() > kMaxDevices) {
+      *error = "SOFTVERBS_DEVICES: at most " + std::to_string(kMaxDevices) + " devices";
+      return std::nullopt;
+    }
+  }
+  return config;
+}
+
+std::optional<Config> config_from_env(std::string* error) {
+  return parse_config(std::getenv("SOFTVERBS_DEVICES"), std::getenv("SOFTVERBS_LINK_LAYER"),
+                      std::getenv("SOFTVERBS_MTU"), error);
+}
+
+}  // namespace softverbs::emu

@@ -1,0 +1,434 @@
+#include <arpa/inet.h>
+#include <endian.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "emu/device/caps.hpp"
+#include "emu/device/fault_actions.hpp"
+#include "emu/objects/objects.hpp"
+#include "core/log.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+constexpr uint16_t kRoceV2Port = 4791;
+// Automatic addresses come from 127.0.1.1 .. 127.0.191.255 so that the low 16 bits
+// are a valid unicast LID (0x0001..0xBFFF) for the InfiniBand link-layer mode.
+constexpr uint32_t kAutoFirst = 0x7f000101;
+constexpr uint32_t kAutoLast = 0x7f00bfff;
+constexpr int kSocketBuffer = 8 << 20;
+
+// Binds the device's RoCEv2 endpoint. Claiming the address is what makes it the
+// device's own: a second process cannot take it.
+int bind_endpoint(in_addr addr) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  // DF set and a fixed IP ID, as the Linux software RoCE driver sends: the ICRC
+  // covers the IP header, so captures only verify with a stable ID.
+  int pmtu = IP_PMTUDISC_DO;
+  ::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  // Deep socket buffers absorb bursts from many QPs; a datagram the buffer
+  // cannot take is lost and recovered by the transport. The forced variant needs
+  // CAP_NET_ADMIN; without it the kernel caps the size at net.core.[rw]mem_max.
+  int size = kSocketBuffer;
+  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof size) < 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof size) < 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(kRoceV2Port);
+  sa.sin_addr = addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
+    int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+std::string addr_str(in_addr a) {
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a, buf, sizeof buf);
+  return buf;
+}
+
+std::string guid_str(uint64_t g) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>((g >> 48) & 0xffff),
+                static_cast<unsigned>((g >> 32) & 0xffff), static_cast<unsigned>((g >> 16) & 0xffff),
+                static_cast<unsigned>(g & 0xffff));
+  return buf;
+}
+
+}  // namespace
+
+Device::Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd)
+    : config_(config), index_(index), addr_(addr), udp_fd_(udp_fd) {
+  handle_.owner = this;
+  ibv_device& d = handle_.pub.device;
+  d.node_type = IBV_NODE_CA;
+  d.transport_type = IBV_TRANSPORT_IB;
+  std::snprintf(d.name, sizeof d.name, "%s", config_.name.c_str());
+  std::snprintf(d.dev_name, sizeof d.dev_name, "uverbs%d", index);
+  std::snprintf(d.dev_path, sizeof d.dev_path, "/sys/class/infiniband_verbs/uverbs%d", index);
+  std::snprintf(d.ibdev_path, sizeof d.ibdev_path, "/sys/class/infiniband/%s", config_.name.c_str());
+  // ops stays NULL: rdma-core providers (libmlx5, libefa) compare it with their own
+  // table and reject the device, which is what they must do with a foreign device.
+
+  uint32_t a = ntohl(addr.s_addr);
+  // A locally administered MAC that carries the IPv4 address, and its EUI-64.
+  mac_[0] = 0x02;
+  mac_[1] = 0x00;
+  mac_[2] = static_cast<uint8_t>(a >> 24);
+  mac_[3] = static_cast<uint8_t>(a >> 16);
+  mac_[4] = static_cast<uint8_t>(a >> 8);
+  mac_[5] = static_cast<uint8_t>(a);
+  guid_ = (static_cast<uint64_t>(mac_[0] ^ 0x02) << 56) | (static_cast<uint64_t>(mac_[1]) << 48) |
+          (static_cast<uint64_t>(mac_[2]) << 40) | (0xfffeull << 24) | (static_cast<uint64_t>(mac_[3]) << 16) |
+          (static_cast<uint64_t>(mac_[4]) << 8) | mac_[5];
+  lid_ = static_cast<uint16_t>(a & 0xffff);
+  // Memory keys of different devices differ too (the 8-bit key part starts from
+  // the address), so a key used on the wrong side fails as it would on hardware.
+  next_mr_key_ = static_cast<uint8_t>(a * 37u + 11u);
+  // QP numbers start at a value derived from the address, so that two devices do
+  // not hand out the same numbers (a confusion of local and remote QPN shows up).
+  next_qpn_ = ((a & 0xffff) << 8) & 0xffffff;
+  if (next_qpn_ < 2) next_qpn_ = 2;
+}
+
+Device::~Device() {
+  if (udp_fd_ >= 0) ::close(udp_fd_);
+}
+
+__be64 Device::guid_be() const { return htobe64(guid_); }
+
+void Device::fill_device_attr(ibv_device_attr* attr) const {
+  std::memset(attr, 0, sizeof *attr);
+  std::snprintf(attr->fw_ver, sizeof attr->fw_ver, "%s", caps::kFwVer);
+  attr->node_guid = guid_be();
+  attr->sys_image_guid = guid_be();
+  attr->max_mr_size = caps::kMaxMrSize;
+  attr->page_size_cap = caps::kPageSizeCap;
+  attr->vendor_id = caps::kVendorId;
+  attr->vendor_part_id = caps::kVendorPartId;
+  attr->hw_ver = caps::kHwVer;
+  attr->max_qp = caps::kMaxQp;
+  attr->max_qp_wr = caps::kMaxQpWr;
+  attr->device_cap_flags = caps::kDeviceCapFlags;
+  attr->max_sge = caps::kMaxSge;
+  attr->max_sge_rd = caps::kMaxSgeRd;
+  attr->max_cq = caps::kMaxCq;
+  attr->max_cqe = caps::kMaxCqe;
+  attr->max_mr = caps::kMaxMr;
+  attr->max_pd = caps::kMaxPd;
+  attr->max_qp_rd_atom = caps::kMaxQpRdAtom;
+  attr->max_ee_rd_atom = caps::kMaxEeRdAtom;
+  attr->max_res_rd_atom = caps::kMaxResRdAtom;
+  attr->max_qp_init_rd_atom = caps::kMaxQpInitRdAtom;
+  attr->max_ee_init_rd_atom = caps::kMaxEeInitRdAtom;
+  attr->atomic_cap = caps::kAtomicCap;
+  attr->max_ee = 0;
+  attr->max_rdd = 0;
+  attr->max_mw = caps::kMaxMw;
+  attr->max_raw_ipv6_qp = 0;
+  attr->max_raw_ethy_qp = 0;
+  attr->max_mcast_grp = caps::kMaxMcastGrp;
+  attr->max_mcast_qp_attach = caps::kMaxMcastQpAttach;
+  attr->max_total_mcast_qp_attach = caps::kMaxTotalMcastQpAttach;
+  attr->max_ah = caps::kMaxAh;
+  attr->max_fmr = 0;
+  attr->max_map_per_fmr = 0;
+  attr->max_srq = caps::kMaxSrq;
+  attr->max_srq_wr = caps::kMaxSrqWr;
+  attr->max_srq_sge = caps::kMaxSrqSge;
+  attr->max_pkeys = pkey_tbl_len();
+  attr->local_ca_ack_delay = caps::kLocalCaAckDelay;
+  attr->phys_port_cnt = caps::kPhysPortCnt;
+}
+
+uint16_t Device::pkey_tbl_len() const {
+  return config_.link_layer == LinkLayer::kEthernet ? caps::kPkeyTblLenEth : caps::kPkeyTblLenIb;
+}
+
+void Device::fill_port_attr(ibv_port_attr* attr) const {
+  std::memset(attr, 0, sizeof *attr);
+  const bool eth = config_.link_layer == LinkLayer::kEthernet;
+  // A port taken down by the fault layer looks like a lost link (polling); a
+  // failed device's port is disabled.
+  attr->state = port_active() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  attr->max_mtu = caps::kMaxMtu;
+  attr->active_mtu = config_.active_mtu;
+  attr->gid_tbl_len = caps::kGidTblLen;
+  attr->port_cap_flags = eth ? caps::kPortCapFlagsEth : caps::kPortCapFlagsIb;
+  attr->max_msg_sz = caps::kMaxMsgSz;
+  attr->pkey_tbl_len = pkey_tbl_len();
+  attr->lid = eth ? 0 : lid_;
+  attr->sm_lid = eth ? 0 : caps::kSmLid;
+  attr->lmc = 0;
+  attr->max_vl_num = caps::kMaxVlNum;
+  attr->sm_sl = 0;
+  attr->subnet_timeout = eth ? 0 : caps::kSubnetTimeout;
+  attr->active_width = caps::kActiveWidth;
+  attr->active_speed = caps::kActiveSpeed;
+  attr->phys_state = port_active() ? caps::kPhysStateLinkUp
+                     : fatal()     ? caps::kPhysStateDisabled
+                                   : caps::kPhysStatePolling;
+  attr->link_layer = eth ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
+}
+
+int Device::gid_count() const { return config_.link_layer == LinkLayer::kEthernet ? 2 : 1; }
+
+bool Device::gid_entry(uint32_t index, ibv_gid_entry* entry) const {
+  std::memset(entry, 0, sizeof *entry);
+  if (index >= static_cast<uint32_t>(gid_count())) return false;
+  entry->gid_index = index;
+  entry->port_num = 1;
+  uint8_t* raw = entry->gid.raw;
+  if (config_.link_layer == LinkLayer::kInfiniBand) {
+    // Default subnet prefix fe80::/64 and the port GUID.
+    raw[0] = 0xfe;
+    raw[1] = 0x80;
+    uint64_t g = htobe64(guid_);
+    std::memcpy(raw + 8, &g, 8);
+    entry->gid_type = IBV_GID_TYPE_IB;
+    entry->ndev_ifindex = 0;
+    return true;
+  }
+  if (index == 0) {
+    // The link-local GID of the device's MAC (EUI-64 with the U/L bit flipped).
+    raw[0] = 0xfe;
+    raw[1] = 0x80;
+    uint64_t g = htobe64(guid_);
+    std::memcpy(raw + 8, &g, 8);
+  } else {
+    // The IPv4-mapped GID of the device address (::ffff:a.b.c.d).
+    raw[10] = 0xff;
+    raw[11] = 0xff;
+    std::memcpy(raw + 12, &addr_.s_addr, 4);
+  }
+  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
+  entry->ndev_ifindex = 1;  // the loopback interface
+  return true;
+}
+
+bool Device::sysfs_attr(const std::string& attr, std::string* value) const {
+  if (attr == "board_id")
+    *value = caps::kBoardId;
+  else if (attr == "fw_ver")
+    *value = caps::kFwVer;
+  else if (attr == "hw_rev")
+    *value = std::to_string(caps::kHwVer);
+  else if (attr == "hca_type")
+    *value = "softverbs-emu";
+  else if (attr == "node_type")
+    *value = "1: CA";
+  else if (attr == "node_guid" || attr == "sys_image_guid")
+    *value = guid_str(guid_);
+  else if (attr == "node_desc")
+    *value = "softverbs emulated device " + config_.name + " (" + addr_str(addr_) + ")";
+  else
+    return false;
+  return true;
+}
+
+uint32_t Device::register_qp(Qp* qp) {
+  std::lock_guard lock(mu_);
+  for (;;) {
+    uint32_t qpn = next_qpn_;
+    next_qpn_ = (next_qpn_ + 1) & 0xffffff;
+    if (next_qpn_ < 2) next_qpn_ = 2;  // QP0 and QP1 are the special QPs
+    if (qpn >= 2 && !qps_.count(qpn)) {
+      qps_[qpn] = qp;
+      return qpn;
+    }
+  }
+}
+
+void Device::unregister_qp(uint32_t qpn) {
+  // Taking the receive lock waits for a packet being handed to the QP.
+  std::lock_guard rx(rx_mu_);
+  std::lock_guard lock(mu_);
+  qps_.erase(qpn);
+}
+
+Qp* Device::find_qp(uint32_t qpn) {
+  std::lock_guard lock(mu_);
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second;
+}
+
+uint32_t Device::register_mr(Mr* mr) {
+  std::lock_guard lock(mu_);
+  // A key is a 24-bit index and an 8-bit variant that changes on every use of the
+  // index, so a stale key from a deregistered region does not match a new one.
+  for (;;) {
+    uint32_t index = next_mr_index_;
+    next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
+    if (next_mr_index_ == 0) next_mr_index_ = 1;
+    uint32_t key = (index << 8) | next_mr_key_++;
+    if (!mrs_.count(key)) {
+      mrs_[key] = mr;
+      return key;
+    }
+  }
+}
+
+void Device::unregister_mr(uint32_t key) {
+  std::unique_lock mr_lock(mr_mu_);  // waits for transfers using the region
+  std::lock_guard lock(mu_);
+  mrs_.erase(key);
+}
+
+Mr* Device::find_mr_locked(uint32_t key) {
+  std::lock_guard lock(mu_);
+  auto it = mrs_.find(key);
+  return it == mrs_.end() ? nullptr : it->second;
+}
+
+// ---------------------------------------------------------------------------
+
+DeviceRegistry& DeviceRegistry::instance() {
+  static DeviceRegistry* registry = new DeviceRegistry;  // lives until exit, like the devices
+  return *registry;
+}
+
+namespace {
+
+void log_counters_at_exit() {
+  for (Device* d : DeviceRegistry::instance().devices()) {
+    const Device::Counters& c = d->counters();
+    SV_LOG(kInfo,
+           "device %s: tx %lu rx %lu icrc_err %lu malformed %lu unknown_qp %lu dropped %lu retransmits %lu "
+           "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu",
+           d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(), c.rx_malformed.load(),
+           c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(), c.timeouts.load(), c.naks_sent.load(),
+           c.naks_received.load(), c.rnr_naks_sent.load(), c.rnr_naks_received.load(), c.duplicates.load());
+  }
+}
+
+// Headers a RoCEv2 packet adds to its payload: IPv4 20, UDP 8, BTH 12, the
+// largest extension header run and the ICRC. The kernel's rxe reserves 80 bytes,
+// and so does this, so both pick the same path MTU on the same interface.
+constexpr int kRoceHeaderReserve = 80;
+
+// The largest IB MTU, up to `wanted`, whose packets fit the MTU of the network
+// interface that holds addr (loopback: 65536, so any; a 1500-byte Ethernet: 1024),
+// as a RoCE device's active MTU follows its netdev's.
+ibv_mtu mtu_for_interface_of(in_addr addr, ibv_mtu wanted, const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return wanted;
+  int if_mtu = 0;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr != addr.s_addr &&
+        !(i->ifa_flags & IFF_LOOPBACK && (ntohl(addr.s_addr) >> 24) == 127))
+      continue;
+    const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) break;
+    ifreq req{};
+    std::strncpy(req.ifr_name, i->ifa_name, IFNAMSIZ - 1);
+    if (::ioctl(s, SIOCGIFMTU, &req) == 0) if_mtu = req.ifr_mtu;
+    ::close(s);
+    break;
+  }
+  ::freeifaddrs(list);
+  if (if_mtu <= 0) return wanted;
+  ibv_mtu fit = wanted;
+  while (fit > IBV_MTU_256 && (128 << fit) + kRoceHeaderReserve > if_mtu) fit = static_cast<ibv_mtu>(fit - 1);
+  if (fit != wanted)
+    SV_LOG(kInfo, "device %s: active MTU %d, the largest that fits the interface's MTU of %d", name.c_str(), 128 << fit,
+           if_mtu);
+  return fit;
+}
+
+}  // namespace
+
+const std::vector<Device*>& DeviceRegistry::devices() {
+  std::call_once(once_, [this] {
+    if (log_enabled(LogLevel::kInfo)) std::atexit(log_counters_at_exit);
+    auto config = config_from_env(&error_);
+    if (!config) {
+      SV_LOG(kError, "%s; no emulated devices", error_.c_str());
+      return;
+    }
+    uint32_t span = kAutoLast - kAutoFirst + 1;
+    uint32_t probe = (static_cast<uint32_t>(::getpid()) * 2654435761u) % span;
+    int index = 0;
+    for (const DeviceConfig& dc : config->devices) {
+      in_addr addr{};
+      int fd = -1;
+      if (dc.addr) {
+        addr = *dc.addr;
+        if (dc.link_layer == LinkLayer::kInfiniBand) {
+          uint32_t lid = ntohl(addr.s_addr) & 0xffff;
+          if (lid == 0 || lid >= 0xc000) {
+            SV_LOG(kError, "device %s: address %s gives LID 0x%x, not a unicast LID; device not created",
+                   dc.name.c_str(), addr_str(addr).c_str(), lid);
+            continue;
+          }
+        }
+        fd = bind_endpoint(addr);
+        if (fd < 0) {
+          SV_LOG(kError, "device %s: cannot bind %s:%u: %s; device not created", dc.name.c_str(),
+                 addr_str(addr).c_str(), kRoceV2Port, std::strerror(-fd));
+          continue;
+        }
+      } else {
+        // Addresses in use are skipped. So many in a row means the port is held on
+        // every address (a wildcard bind of UDP 4791, as the kernel's rdma_rxe
+        // does): no point trying the whole range.
+        constexpr uint32_t kGiveUpAfter = 256;
+        uint32_t tries = 0;
+        for (; tries < span && fd < 0; ++tries) {
+          addr.s_addr = htonl(kAutoFirst + probe);
+          probe = (probe + 1) % span;
+          fd = bind_endpoint(addr);
+          if (fd < 0 && (fd != -EADDRINUSE || tries + 1 >= kGiveUpAfter)) break;
+        }
+        if (fd < 0) {
+          if (fd == -EADDRINUSE)
+            SV_LOG(kError,
+                   "device %s: UDP port %u is in use on %u loopback addresses in a row: something holds it on "
+                   "every address (a kernel RoCE driver such as rdma_rxe binds 0.0.0.0:%u); run the program in "
+                   "a network namespace of its own",
+                   dc.name.c_str(), kRoceV2Port, tries + 1, kRoceV2Port);
+          else
+            SV_LOG(kError, "device %s: no loopback address for its RoCEv2 endpoint: %s", dc.name.c_str(),
+                   std::strerror(-fd));
+          continue;
+        }
+      }
+      SV_LOG(kInfo, "device %s: %s:%u (%s)", dc.name.c_str(), addr_str(addr).c_str(), kRoceV2Port,
+             dc.link_layer == LinkLayer::kEthernet ? "RoCEv2" : "InfiniBand link layer");
+      DeviceConfig fitted = dc;
+      fitted.active_mtu = mtu_for_interface_of(addr, dc.active_mtu, dc.name);
+      owned_.push_back(std::make_unique<Device>(fitted, index++, addr, fd));
+      devices_.push_back(owned_.back().get());
+    }
+    if (!devices_.empty()) install_timed_faults();
+  });
+  return devices_;
+}
+
+Device* DeviceRegistry::find_by_addr(in_addr addr) {
+  for (Device* d : devices())
+    if (d->addr().s_addr == addr.s_addr) return d;
+  return nullptr;
+}
+
+Device* DeviceRegistry::find(ibv_device* dev) {
+  for (Device* d : devices())
+    if (d->ibv() == dev) return d;
+  return nullptr;
+}
+
+}  // namespace softverbs::emu

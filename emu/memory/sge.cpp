@@ -1,0 +1,47 @@
+#include "emu/memory/sge.hpp"
+
+#include <cstring>
+
+namespace softverbs::emu {
+
+bool resolve_sges(Device& dev, const Pd& pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint64_t len,
+                  unsigned access, std::vector<std::span<uint8_t>>& out) {
+  out.clear();
+  for (uint32_t i = 0; i < num_sge && len > 0; ++i) {
+    const Sge& s = sges[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    uint64_t take = std::min<uint64_t>(s.length - offset, len);
+    Mr* mr = dev.find_mr_locked(s.lkey);
+    // IBTA 10.6.3.1: the L_Key must be valid, of the QP's PD, grant the access and
+    // cover the whole SGE.
+    if (!mr || mr->pd() != &pd || (access && !(mr->access() & access)) || !mr->covers(s.addr, s.length))
+      return false;
+    out.emplace_back(mr->host_addr(s.addr + offset), take);
+    len -= take;
+    offset = 0;
+  }
+  return len == 0;
+}
+
+Mr* check_rkey(Device& dev, const Pd& pd, unsigned qp_access, uint32_t rkey, uint64_t va, uint64_t len,
+               unsigned access) {
+  Mr* mr = dev.find_mr_locked(rkey);
+  if (!mr || mr->pd() != &pd) return nullptr;
+  if (!(mr->access() & access) || !(qp_access & access)) return nullptr;
+  if (!mr->covers(va, len)) return nullptr;
+  return mr;
+}
+
+void scatter(const std::vector<std::span<uint8_t>>& dst, std::span<const uint8_t> src) {
+  size_t at = 0;
+  for (const auto& d : dst) {
+    size_t n = std::min(d.size(), src.size() - at);
+    if (n) std::memcpy(d.data(), src.data() + at, n);
+    at += n;
+  }
+}
+
+}  // namespace softverbs::emu

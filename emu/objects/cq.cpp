@@ -1,0 +1,164 @@
+#include <time.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+
+#include "emu/device/caps.hpp"
+#include "emu/objects/objects.hpp"
+#include "emu/objects/ops.hpp"
+#include "emu/device/progress.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+// ConnectX sizes a CQ to a power of two and reports one entry less.
+int cq_depth_for(int cqe) { return static_cast<int>(std::bit_ceil(static_cast<unsigned>(cqe) + 1)) - 1; }
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+Cq::Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags)
+    : ctx_(ctx), channel_(channel) {
+  handle_.owner = this;
+  int depth = cq_depth_for(cqe);
+  ring_.resize(static_cast<size_t>(depth));
+  ibv_cq_ex& c = handle_.pub;
+  c.context = ctx.ibv();
+  c.channel = channel ? channel->ibv() : nullptr;
+  c.cq_context = cq_context;
+  c.handle = 0;
+  c.cqe = depth;
+  pthread_mutex_init(&c.mutex, nullptr);
+  pthread_cond_init(&c.cond, nullptr);
+  c.comp_events_completed = 0;
+  c.async_events_completed = 0;
+  wc_flags_ = wc_flags;
+  install_cq_ex_ops(&c);
+}
+
+void Cq::push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us) {
+  std::lock_guard lock(mu_);
+  delayed_.push_back({std::chrono::steady_clock::now() + std::chrono::microseconds(delay_us), wc, solicited});
+  if (!delay_timer_) delay_timer_ = std::make_shared<EngineTimer>([this] { push_due(); });
+  delay_timer_->arm_at(delayed_.back().due);
+}
+
+void Cq::push_due() {
+  std::vector<Delayed> due;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    auto it = std::stable_partition(delayed_.begin(), delayed_.end(), [now](const Delayed& d) { return d.due <= now; });
+    due.assign(delayed_.begin(), it);
+    delayed_.erase(delayed_.begin(), it);
+    if (!delayed_.empty()) {
+      auto next = std::min_element(delayed_.begin(), delayed_.end(),
+                                   [](const Delayed& a, const Delayed& b) { return a.due < b.due; });
+      delay_timer_->arm_at(next->due);
+    }
+  }
+  for (const Delayed& d : due) push(d.wc, d.solicited);
+}
+
+Cq::~Cq() {
+  if (delay_timer_) delay_timer_->detach();
+  pthread_mutex_destroy(&handle_.pub.mutex);
+  pthread_cond_destroy(&handle_.pub.cond);
+}
+
+int Cq::depth() const { return static_cast<int>(ring_.size()); }
+
+size_t Cq::outstanding() {
+  std::lock_guard lock(mu_);
+  return static_cast<size_t>(tail_ - head_);
+}
+
+bool Cq::push(const ibv_wc& wc, bool solicited) {
+  bool raise = false;
+  {
+    std::lock_guard lock(mu_);
+    if (overrun_) return false;  // a CQ in error takes no more completions
+    if (tail_ - head_ >= ring_.size()) {
+      // Overrun (IBTA 11.4.2.1): the CQ goes to the error state, reported once by
+      // an affiliated asynchronous error. What it holds can still be polled.
+      overrun_ = true;
+      ibv_async_event ev{};
+      ev.element.cq = ibv();
+      ev.event_type = IBV_EVENT_CQ_ERR;
+      ctx_.post_async_event(ev);
+      return false;
+    }
+    ring_[tail_ % ring_.size()] = Cqe{wc, now_ns()};
+    ++tail_;
+    // An armed CQ raises one event: for any completion when armed with
+    // solicited_only=0; only for solicited or failed ones otherwise (IBTA 11.4.2.2).
+    if (armed_ == 1 || (armed_ == 2 && (solicited || wc.status != IBV_WC_SUCCESS))) {
+      armed_ = 0;
+      raise = true;
+    }
+  }
+  if (raise && channel_) channel_->notify(this);
+  return true;
+}
+
+bool Cq::pop_locked(Cqe* out) {
+  if (head_ == tail_) return false;
+  *out = ring_[head_ % ring_.size()];
+  ++head_;
+  return true;
+}
+
+int Cq::poll(int n, ibv_wc* wc) {
+  if (n < 0) return -EINVAL;  // mlx5 returns a negative value on a bad argument
+  std::lock_guard lock(mu_);
+  int got = 0;
+  Cqe e;
+  while (got < n && pop_locked(&e)) wc[got++] = e.wc;
+  return got;
+}
+
+int Cq::arm(int solicited_only) {
+  std::lock_guard lock(mu_);
+  // Arming "next completion" supersedes "solicited only", never the other way round.
+  if (solicited_only) {
+    if (armed_ == 0) armed_ = 2;
+  } else {
+    armed_ = 1;
+  }
+  return 0;
+}
+
+int Cq::resize(int cqe) {
+  if (cqe < caps::kMinCqe || cqe > caps::kMaxCqe) return EINVAL;
+  std::lock_guard lock(mu_);
+  size_t pending = static_cast<size_t>(tail_ - head_);
+  int depth = cq_depth_for(cqe);
+  if (static_cast<size_t>(depth) < pending) return EINVAL;  // would lose completions
+  std::vector<Cqe> ring(static_cast<size_t>(depth));
+  for (size_t i = 0; i < pending; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
+  ring_.swap(ring);
+  head_ = 0;
+  tail_ = pending;
+  handle_.pub.cqe = depth;
+  return 0;
+}
+
+int Cq::start_poll() {
+  std::lock_guard lock(mu_);
+  if (!pop_locked(&current_)) return ENOENT;
+  handle_.pub.status = current_.wc.status;
+  handle_.pub.wr_id = current_.wc.wr_id;
+  return 0;
+}
+
+int Cq::next_poll() { return start_poll(); }
+
+void Cq::end_poll() {}
+
+}  // namespace softverbs::emu

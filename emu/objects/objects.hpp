@@ -1,0 +1,549 @@
+// The emulated device and the verbs objects it owns.
+//
+// Every object follows the same shape as in the verbs spec: validate the
+// attributes, allocate, initialise from the attributes. Each keeps its public
+// rdma-core struct in a Handle (handle.hpp) and is found again from it.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "emu/device/config.hpp"
+#include "emu/objects/handle.hpp"
+#include "emu/qp/wq.hpp"
+#include "core/rdma_private.h"
+#include "wire/icrc.hpp"
+#include "wire/packet.hpp"
+
+namespace softverbs::emu {
+
+class Context;
+class EngineTimer;
+class Pd;
+class Mr;
+class Cq;
+class Srq;
+class Qp;
+
+// ---------------------------------------------------------------------------
+// Device: one per configured emulated device, alive for the whole process.
+class Device;
+// The peer address an address vector names (its IPv4-mapped GID, an emulated IB
+// GID, or its LID); false for a destination emulated devices cannot reach.
+bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out);
+
+class Device {
+ public:
+  Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  ibv_device* ibv() { return &handle_.pub.device; }
+  static Device* from(ibv_device* dev) { return Handle<verbs_device, Device>::owner_of(dev); }
+
+  const std::string& name() const { return config_.name; }
+  int index() const { return index_; }
+  in_addr addr() const { return addr_; }
+  LinkLayer link_layer() const { return config_.link_layer; }
+  ibv_mtu active_mtu() const { return config_.active_mtu; }
+  uint16_t lid() const { return lid_; }
+  uint64_t guid() const { return guid_; }  // host order
+  __be64 guid_be() const;
+  const uint8_t* mac() const { return mac_; }
+  int udp_fd() const { return udp_fd_; }
+
+  void fill_device_attr(ibv_device_attr* attr) const;
+  void fill_port_attr(ibv_port_attr* attr) const;
+  // GID table of port 1. Returns false for an empty slot.
+  bool gid_entry(uint32_t index, ibv_gid_entry* entry) const;
+  int gid_count() const;
+  uint16_t pkey_tbl_len() const;
+
+  // Synthetic sysfs attributes (ibv_read_sysfs_file on ibdev_path).
+  bool sysfs_attr(const std::string& attr, std::string* value) const;
+
+  // QP numbers and memory keys are per device: a peer addresses them on the wire.
+  uint32_t register_qp(Qp* qp);
+  void unregister_qp(uint32_t qpn);
+  Qp* find_qp(uint32_t qpn);
+  uint32_t register_mr(Mr* mr);
+  void unregister_mr(uint32_t key);
+  // Callers hold mr_lock() (shared) while they use the region's memory, so a
+  // concurrent deregistration waits for the access to finish.
+  Mr* find_mr_locked(uint32_t key);
+  std::shared_mutex& mr_lock() { return mr_mu_; }
+
+  // ---- the RoCEv2 endpoint ----------------------------------------------
+  struct Counters {
+    std::atomic<uint64_t> tx_packets{0}, rx_packets{0};
+    std::atomic<uint64_t> rx_icrc_errors{0}, rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
+    std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0}, rnr_naks_received{0},
+        duplicates{0}, timeouts{0};
+    // What the fault layer did (docs/faults.md).
+    std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
+        faults_reordered{0}, faults_naks_forged{0};
+    // Packets lost because the port was down; verb-level faults carried out.
+    std::atomic<uint64_t> port_down_drops{0}, faults_verbs{0};
+  };
+  Counters& counters() { return counters_; }
+
+  // The ICRC flow of packets this device sends to dst (and receives from it).
+  wire::Ipv4Flow flow(in_addr src, in_addr dst) const;
+  // Sends one packet (BTH..ICRC). A device of this process gets it through its
+  // local queue, with the same packet semantics but no socket.
+  void transmit(in_addr dst, std::span<const uint8_t> packet);
+  // Receives and processes the packets waiting for this device. Application
+  // threads pass block=false and skip the work when another thread is at it.
+  void progress(bool block);
+  // Makes the progress thread watch the endpoint (idempotent).
+  void start_progress();
+  // For diagnostics: bytes waiting on the socket, local queue length, receive lock.
+  std::string rx_state();
+  // Hands a packet (BTH..ICRC) to the receive path as if it had arrived from src
+  // on port 4791. Used by fuzzing and tests of hostile input.
+  void inject(in_addr src, std::span<const uint8_t> packet);
+  // The address a LID maps to: the device's own /16 with the LID as low bits.
+  in_addr addr_of_lid(uint16_t lid) const;
+
+  // ---- port and device state (the fault layer's port_down/up, device_fatal) --
+  bool port_active() const { return port_active_.load(std::memory_order_relaxed); }
+  bool fatal() const { return fatal_.load(std::memory_order_relaxed); }
+  // Takes the port down or up; raises IBV_EVENT_PORT_ERR / PORT_ACTIVE on every
+  // open context when the state changes. False if it already was in that state.
+  bool set_port_active(bool up);
+  // The device fails: IBV_EVENT_DEVICE_FATAL on every open context, the port goes
+  // down, every QP moves to the error state; later resource creation fails (EIO).
+  void make_fatal();
+  // Queues an event on every open context of the device.
+  void post_device_event(ibv_event_type type, uint8_t port);
+  void add_context(Context* ctx);
+  void remove_context(Context* ctx);
+  // Moves the QP of that number to the error state (with IBV_EVENT_QP_FATAL).
+  bool fail_qp(uint32_t qpn);
+  // Runs f on the QP of that number, if there is one, keeping it alive meanwhile.
+  void with_qp(uint32_t qpn, const std::function<void(Qp*)>& f);
+
+ private:
+  void receive_local(in_addr src, std::span<const uint8_t> packet);
+  void handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet, bool apply_faults = true);
+  void send_now(in_addr dst, std::span<const uint8_t> packet);
+  void deliver_later(in_addr src, uint16_t sport, std::vector<uint8_t> bytes, uint32_t delay_us);
+
+  Handle<verbs_device, Device> handle_;
+  DeviceConfig config_;
+  int index_;
+  in_addr addr_;
+  int udp_fd_;
+  uint16_t lid_ = 0;
+  uint64_t guid_ = 0;
+  uint8_t mac_[6] = {};
+
+  std::mutex mu_;
+  uint32_t next_qpn_;
+  std::unordered_map<uint32_t, Qp*> qps_;
+  uint32_t next_mr_index_ = 1;
+  uint8_t next_mr_key_ = 0;
+  std::unordered_map<uint32_t, Mr*> mrs_;
+  std::shared_mutex mr_mu_;
+  std::vector<Context*> contexts_;  // under mu_
+  std::atomic<bool> port_active_{true};
+  std::atomic<bool> fatal_{false};
+
+  Counters counters_;
+  std::mutex rx_mu_;  // one thread processes received packets at a time, in order
+  std::mutex local_mu_;
+  std::deque<std::pair<in_addr, std::vector<uint8_t>>> local_;
+  std::atomic<bool> local_pending_{false};
+  std::once_flag progress_started_;
+  // Reordering: a packet held back until the next one has gone.
+  std::mutex held_mu_;
+  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held_tx_;
+  std::optional<std::tuple<in_addr, uint16_t, std::vector<uint8_t>>> held_rx_;  // under rx_mu_
+};
+
+// The process-wide device list, created on first use from the environment.
+class DeviceRegistry {
+ public:
+  static DeviceRegistry& instance();
+  const std::vector<Device*>& devices();  // configures on the first call
+  Device* find(ibv_device* dev);
+  const std::string& config_error() const { return error_; }
+  Device* find_by_addr(in_addr addr);
+
+ private:
+  std::once_flag once_;
+  std::vector<std::unique_ptr<Device>> owned_;
+  std::vector<Device*> devices_;
+  std::string error_;
+};
+
+// ---------------------------------------------------------------------------
+// A counter of objects that refer to this one: destroy refuses with EBUSY while
+// it is non-zero, as the kernel does.
+struct UseCount {
+  std::atomic<int> n{0};
+  void get() { n.fetch_add(1, std::memory_order_relaxed); }
+  void put() { n.fetch_sub(1, std::memory_order_relaxed); }
+  bool busy() const { return n.load(std::memory_order_relaxed) != 0; }
+};
+
+// Async event bookkeeping of an object that can be an event's element: destroy
+// waits until every event reported on it has been acknowledged (rdma-core semantics).
+struct EventCount {
+  uint32_t reported = 0;  // guarded by the public struct's mutex
+};
+
+// ---------------------------------------------------------------------------
+class Context {
+ public:
+  explicit Context(Device& device);
+  ~Context();
+
+  ibv_context* ibv() { return &handle_.pub.context; }
+  verbs_context* vctx() { return &handle_.pub; }
+  static Context* from(ibv_context* ctx) {
+    return Handle<verbs_context, Context>::owner_of(outer_of<verbs_context>(ctx, offsetof(verbs_context, context)));
+  }
+  Device& device() { return device_; }
+
+  // Queues an async event on the context's event file descriptor.
+  void post_async_event(const ibv_async_event& event);
+  int get_async_event(ibv_async_event* event);
+  // Drops pending events whose element is obj (it is being destroyed).
+  void forget_async_events(const void* obj);
+
+  UseCount users;  // every object created on the context
+
+ private:
+  Handle<verbs_context, Context> handle_;
+  Device& device_;
+  std::mutex async_mu_;
+  std::deque<ibv_async_event> async_events_;
+};
+
+// ---------------------------------------------------------------------------
+class Pd {
+ public:
+  explicit Pd(Context& ctx);
+  ibv_pd* ibv() { return &handle_.pub; }
+  static Pd* from(ibv_pd* pd) { return Handle<ibv_pd, Pd>::owner_of(pd); }
+  Context& context() { return ctx_; }
+  UseCount users;
+
+ private:
+  Handle<ibv_pd, Pd> handle_;
+  Context& ctx_;
+};
+
+class Mr {
+ public:
+  Mr(Pd& pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  ibv_mr* ibv() { return &handle_.pub; }
+  static Mr* from(ibv_mr* mr) { return Handle<ibv_mr, Mr>::owner_of(mr); }
+  Pd* pd() const { return pd_; }
+  void set_pd(Pd* pd) { pd_ = pd; }
+  uint64_t iova() const { return iova_; }
+  unsigned access() const { return access_; }
+  void set_translation(void* addr, size_t length, uint64_t iova);
+  void set_access(unsigned access) { access_ = access; }
+
+  // True when [iova, iova+len) lies inside the region and the access is allowed.
+  bool covers(uint64_t iova, uint64_t len) const;
+  uint8_t* host_addr(uint64_t iova) const;
+
+ private:
+  Handle<ibv_mr, Mr> handle_;
+  Pd* pd_;
+  uint64_t iova_;
+  unsigned access_;
+};
+
+// ---------------------------------------------------------------------------
+class CompChannel {
+ public:
+  CompChannel(Context& ctx, int fd);
+  ~CompChannel();
+  ibv_comp_channel* ibv() { return &handle_.pub; }
+  static CompChannel* from(ibv_comp_channel* ch) { return Handle<ibv_comp_channel, CompChannel>::owner_of(ch); }
+  Context& context() { return ctx_; }
+  void notify(Cq* cq);
+  int get_event(Cq** cq);
+  void forget(Cq* cq);  // drops the CQ's pending events (the CQ is being destroyed)
+
+ private:
+  Handle<ibv_comp_channel, CompChannel> handle_;
+  Context& ctx_;
+  std::mutex mu_;
+  std::deque<Cq*> events_;
+};
+
+class Cq {
+ public:
+  Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags);
+  ~Cq();
+  ibv_cq* ibv() { return ibv_cq_ex_to_cq(&handle_.pub); }
+  ibv_cq_ex* ibv_ex() { return &handle_.pub; }
+  static Cq* from(ibv_cq* cq) { return Handle<ibv_cq_ex, Cq>::owner_of(cq); }
+  static Cq* from(ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::owner_of(cq); }
+  Context& context() { return ctx_; }
+  CompChannel* channel() { return channel_; }
+  int depth() const;
+
+  // Adds a completion; raises the completion event if armed. False when the
+  // CQ is full or has overrun before: it is then in error (IBV_EVENT_CQ_ERR once).
+  bool push(const ibv_wc& wc, bool solicited);
+  // The fault layer's delayed completion: pushed after delay_us.
+  void push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us);
+  int poll(int n, ibv_wc* wc);
+  int arm(int solicited_only);
+  int resize(int cqe);
+  size_t outstanding();
+
+  // Extended-CQ (ibv_cq_ex) iteration: start_poll/next_poll load the next entry
+  // into current() and the public status/wr_id fields; end_poll releases it.
+  int start_poll();
+  int next_poll();
+  void end_poll();
+  const ibv_wc& current() const { return current_.wc; }
+  uint64_t current_timestamp_ns() const { return current_.timestamp_ns; }
+  uint64_t wc_flags() const { return wc_flags_; }  // the ibv_cq_init_attr_ex wc_flags
+
+  // Completion events read by ibv_get_cq_event (destroy waits for their acks).
+  uint32_t comp_events_reported = 0;  // guarded by the public struct's mutex
+
+  UseCount users;  // QPs and SRQs using this CQ
+  EventCount events;
+
+ private:
+  Handle<ibv_cq_ex, Cq> handle_;
+  Context& ctx_;
+  CompChannel* channel_;
+  struct Cqe {
+    ibv_wc wc;
+    uint64_t timestamp_ns;
+  };
+  bool pop_locked(Cqe* out);
+  void push_due();
+
+  std::mutex mu_;
+  std::vector<Cqe> ring_;
+  uint64_t head_ = 0, tail_ = 0;
+  int armed_ = 0;  // 0: not armed, 1: next completion, 2: solicited only
+  bool overrun_ = false;
+  uint64_t wc_flags_ = 0;
+  struct Delayed {
+    std::chrono::steady_clock::time_point due;
+    ibv_wc wc;
+    bool solicited;
+  };
+  std::vector<Delayed> delayed_;  // the fault layer's delayed completions
+  std::shared_ptr<EngineTimer> delay_timer_;
+  Cqe current_{};
+};
+
+// ---------------------------------------------------------------------------
+class Srq {
+ public:
+  Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge);
+  ~Srq();
+  ibv_srq* ibv() { return &handle_.pub; }
+  static Srq* from(ibv_srq* srq) { return Handle<ibv_srq, Srq>::owner_of(srq); }
+  Pd& pd() { return pd_; }
+  Context& context() { return pd_.context(); }
+
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  int modify(ibv_srq_attr* attr, int attr_mask);
+  void query(ibv_srq_attr* attr);
+
+  UseCount users;  // QPs attached
+  EventCount events;
+  std::mutex mu;
+  WorkQueue<RecvWqe> rq;
+  uint32_t limit = 0;
+  bool error = false;
+
+ private:
+  Handle<ibv_srq, Srq> handle_;
+  Pd& pd_;
+};
+
+// ---------------------------------------------------------------------------
+class Qp {
+ public:
+  Qp(Pd& pd, const ibv_qp_init_attr& attr);
+  ~Qp();
+  ibv_qp* ibv() { return &handle_.pub.qp_base; }
+  ibv_qp_ex* ibv_ex() { return &handle_.pub; }
+  static Qp* from(ibv_qp* qp) { return Handle<ibv_qp_ex, Qp>::owner_of(qp); }
+  Pd& pd() { return pd_; }
+  Context& context() { return pd_.context(); }
+  Device& device() { return pd_.context().device(); }
+  ibv_qp_type type() const { return type_; }
+  ibv_qp_state state() const { return attr_.qp_state; }
+  uint32_t qpn() const { return handle_.pub.qp_base.qp_num; }
+  void set_qpn(uint32_t qpn) { handle_.pub.qp_base.qp_num = qpn; }
+
+  int modify(ibv_qp_attr* attr, int attr_mask);
+  int query(ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+
+  // The capabilities the QP was created with, as reported back to the caller.
+  const ibv_qp_cap& cap() const { return cap_; }
+  Cq* send_cq() { return send_cq_; }
+  Cq* recv_cq() { return recv_cq_; }
+  Srq* srq() { return srq_; }
+  bool sq_sig_all() const { return sq_sig_all_; }
+
+  EventCount events;
+
+  // ---- the transport engine (emu/requester.cpp, responder.cpp, completer.cpp)
+  // Entry point for a packet addressed to this QP; called by the device's
+  // receive path.
+  void receive(const wire::PacketView& pkt, in_addr src);
+  // Detaches the engine's timer; the QP is about to be destroyed.
+  void shutdown();
+  // Answers a request as if the responder had refused it (the fault layer's nak).
+  void forge_nak(uint32_t psn, uint8_t syndrome);
+  // Moves the QP to the error state as a local catastrophic error would: every
+  // outstanding work request is flushed; with `event`, IBV_EVENT_QP_FATAL.
+  void force_error(bool event);
+
+ private:
+  void flush_locked();
+  // Moves the QP to the error state and flushes it (and raises LAST_WQE_REACHED
+  // for an SRQ QP).
+  void enter_error_locked();
+
+  // requester
+  void requester_locked();
+  bool send_next_packet_locked();
+  void send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset);
+  void arm_timer_locked();
+  void on_timer();
+  void retransmit_from_locked(uint32_t psn);
+  // completer
+  void completer_locked(const wire::PacketView& pkt);
+  void retire_acked_locked();
+  void check_drained_locked();
+  void complete_send_error_locked(SendWqe& w, ibv_wc_status status);
+  void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
+  void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited);
+  void error_locked(bool event);
+  void request_error_locked(bool event);
+  // responder
+  void responder_locked(const wire::PacketView& pkt, in_addr src);
+  void send_ack_locked(wire::Aeth aeth, uint32_t psn);
+  void rnr_nak_locked(uint32_t psn);
+  bool take_recv_wqe_locked();
+  void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm, uint32_t imm,
+                            bool with_inv, bool solicited);
+  void responder_error_locked(wire::NakCode code, ibv_wc_status recv_status, uint32_t psn);
+  void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
+  // wire
+  void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
+                          std::span<const std::span<const uint8_t>> payload);
+  bool send_ud_locked();
+  void ud_receive_locked(const wire::PacketView& pkt, in_addr src);
+  uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
+  bool resolve_dest_locked();
+
+  Handle<ibv_qp_ex, Qp> handle_;
+  Pd& pd_;
+  ibv_qp_type type_;
+  Cq* send_cq_;
+  Cq* recv_cq_;
+  Srq* srq_;
+  bool sq_sig_all_;
+  ibv_qp_cap cap_{};
+  ibv_qp_attr attr_{};
+
+  std::mutex mu_;
+  WorkQueue<SendWqe> sq_;
+  WorkQueue<RecvWqe> rq_;
+
+  // Destination, resolved from the address vector at RTR.
+  in_addr dest_addr_{};
+  // Requester: tx_index_ is the WQE (counted from the SQ head) being sent and
+  // tx_offset_ how many of its bytes have gone out; req_psn_ the next PSN.
+  uint32_t req_psn_ = 0;
+  uint32_t tx_index_ = 0;
+  uint64_t tx_offset_ = 0;
+  uint32_t unacked_psn_ = 0;              // oldest PSN not acknowledged
+  uint32_t sent_end_psn_ = 0;             // one past the highest PSN ever sent (req_psn_ goes back on a retry)
+  uint32_t gap_rewind_psn_ = 0xffffffff;  // the read-response gap already asked again for
+  uint32_t retry_left_ = 0;
+  uint32_t rnr_retry_left_ = 0;
+  bool rnr_waiting_ = false;
+  bool heard_from_peer_ = false;  // a packet from the peer QP arrived since the last timeout
+  // A completion was forced to an error status (or lost to a CQ overrun): the QP
+  // enters the error state from its timer, and until then its completions flush.
+  bool error_pending_ = false;
+  bool error_event_ = false;  // ... with IBV_EVENT_QP_FATAL
+  std::chrono::steady_clock::time_point deadline_{};
+  std::chrono::steady_clock::time_point rnr_until_{};
+  std::shared_ptr<EngineTimer> timer_;
+
+  // Responder.
+  uint32_t epsn_ = 0;  // expected PSN
+  uint32_t msn_ = 0;
+  uint8_t prev_opcode_ = 0xFF;
+  bool nak_sent_ = false;  // a sequence NAK is outstanding: stay silent until in order
+  bool uc_drop_ = false;   // UC: drop packets until the next message starts
+  bool comm_established_ = false;
+  struct Receiving {
+    bool active = false;
+    RecvWqe wqe;
+    std::vector<Sge> sges;
+    uint64_t offset = 0;
+  } rcv_;
+  struct Writing {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint64_t remaining = 0;
+    uint64_t total = 0;
+  } wr_;
+  struct Resource {  // a served read or atomic, kept to answer duplicates
+    bool atomic = false;
+    uint32_t first_psn = 0, last_psn = 0;
+    uint64_t va = 0, len = 0;
+    uint32_t rkey = 0;
+    uint64_t orig = 0;  // atomic: the value returned
+  };
+  std::deque<Resource> resources_;
+};
+
+// ---------------------------------------------------------------------------
+class Ah {
+ public:
+  Ah(Pd& pd, const ibv_ah_attr& attr);
+  ibv_ah* ibv() { return &handle_.pub; }
+  static Ah* from(ibv_ah* ah) { return Handle<ibv_ah, Ah>::owner_of(ah); }
+  Pd& pd() { return pd_; }
+  const ibv_ah_attr& attr() const { return attr_; }
+
+ private:
+  Handle<ibv_ah, Ah> handle_;
+  Pd& pd_;
+  ibv_ah_attr attr_;
+};
+
+}  // namespace softverbs::emu

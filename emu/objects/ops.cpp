@@ -1,0 +1,190 @@
+#include "emu/objects/ops.hpp"
+
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "emu/device/caps.hpp"
+#include "emu/objects/objects.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+// Completion-queue entry fields an extended CQ can report.
+constexpr uint64_t kSupportedWcFlags = uint64_t{IBV_WC_STANDARD_FLAGS} | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                       IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+// Timestamps are nanoseconds: the "HCA core clock" runs at 1 GHz (in kHz below).
+constexpr uint64_t kHcaCoreClockKhz = 1000000;
+
+// ---- live ibv_context_ops slots -------------------------------------------
+
+int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) { return Qp::from(qp)->post_send(wr, bad_wr); }
+int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) { return Qp::from(qp)->post_recv(wr, bad_wr); }
+int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  return Srq::from(srq)->post_recv(wr, bad_wr);
+}
+int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  Cq* c = Cq::from(cq);
+  // Polling drives the protocol inline: whatever arrived for this device is
+  // processed by the polling thread, with no wake-up of another thread.
+  c->context().device().progress(false);
+  return c->poll(n, wc);
+}
+int op_req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only); }
+
+// ---- verbs_context slots ----------------------------------------------------
+
+int op_query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
+  return query_port(context, port_num, attr, attr_len);
+}
+
+ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (Context::from(context)->device().fatal()) {
+    errno = EIO;
+    return nullptr;
+  }
+  if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->wc_flags & ~kSupportedWcFlags) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+    errno = EINVAL;  // as ConnectX
+    return nullptr;
+  }
+  if (attr->cqe > static_cast<uint32_t>(caps::kMaxCqe)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return create_cq(*Context::from(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                   static_cast<int>(attr->comp_vector), attr->wc_flags);
+}
+
+// Reached from the application's inline ibv_create_cq_ex: no exception may
+// leave it.
+ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  try {
+    return op_create_cq_ex_unguarded(context, attr);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (...) {
+    errno = EIO;
+  }
+  return nullptr;
+}
+
+// ---- ibv_cq_ex readers ------------------------------------------------------
+
+int cqx_start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
+  if (attr->comp_mask) return EINVAL;
+  Cq::from(cq)->context().device().progress(false);
+  return Cq::from(cq)->start_poll();
+}
+int cqx_next_poll(ibv_cq_ex* cq) { return Cq::from(cq)->next_poll(); }
+void cqx_end_poll(ibv_cq_ex* cq) { Cq::from(cq)->end_poll(); }
+ibv_wc_opcode cqx_read_opcode(ibv_cq_ex* cq) { return Cq::from(cq)->current().opcode; }
+uint32_t cqx_read_vendor_err(ibv_cq_ex* cq) { return Cq::from(cq)->current().vendor_err; }
+uint32_t cqx_read_byte_len(ibv_cq_ex* cq) { return Cq::from(cq)->current().byte_len; }
+__be32 cqx_read_imm_data(ibv_cq_ex* cq) { return Cq::from(cq)->current().imm_data; }
+uint32_t cqx_read_qp_num(ibv_cq_ex* cq) { return Cq::from(cq)->current().qp_num; }
+uint32_t cqx_read_src_qp(ibv_cq_ex* cq) { return Cq::from(cq)->current().src_qp; }
+unsigned int cqx_read_wc_flags(ibv_cq_ex* cq) { return Cq::from(cq)->current().wc_flags; }
+uint32_t cqx_read_slid(ibv_cq_ex* cq) { return Cq::from(cq)->current().slid; }
+uint8_t cqx_read_sl(ibv_cq_ex* cq) { return Cq::from(cq)->current().sl; }
+uint8_t cqx_read_dlid_path_bits(ibv_cq_ex* cq) { return Cq::from(cq)->current().dlid_path_bits; }
+uint64_t cqx_read_completion_ts(ibv_cq_ex* cq) { return Cq::from(cq)->current_timestamp_ns(); }
+uint64_t cqx_read_completion_wallclock_ns(ibv_cq_ex* cq) { return Cq::from(cq)->current_timestamp_ns(); }
+
+}  // namespace
+
+int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
+  if (port_num < 1 || port_num > caps::kPhysPortCnt) return EINVAL;
+  ibv_port_attr full;
+  Context::from(context)->device().fill_port_attr(&full);
+  std::memcpy(attr, &full, attr_len < sizeof full ? attr_len : sizeof full);
+  return 0;
+}
+
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                    size_t attr_size) {
+  if (input && input->comp_mask) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex full{};
+  Context::from(context)->device().fill_device_attr(&full.orig_attr);
+  full.completion_timestamp_mask = UINT64_MAX;
+  full.hca_core_clock = kHcaCoreClockKhz;
+  full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
+  full.phys_port_cnt_ex = caps::kPhysPortCnt;
+  // Write no more than the caller's struct holds (older binaries pass a smaller one).
+  std::memcpy(attr, &full, attr_size < sizeof full ? attr_size : sizeof full);
+  return 0;
+}
+
+ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
+                     uint64_t wc_flags) {
+  if (cqe < caps::kMinCqe || cqe > caps::kMaxCqe || comp_vector < 0 || comp_vector >= caps::kNumCompVectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  CompChannel* ch = nullptr;
+  if (channel) {
+    ch = CompChannel::from(channel);
+    if (&ch->context() != &ctx) {
+      errno = EINVAL;
+      return nullptr;
+    }
+  }
+  auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags);
+  if (channel) {
+    pthread_mutex_lock(&ctx.ibv()->mutex);
+    ++channel->refcnt;
+    pthread_mutex_unlock(&ctx.ibv()->mutex);
+  }
+  ctx.users.get();
+  return cq.release()->ibv_ex();
+}
+
+void install_context_ops(verbs_context* vctx) {
+  ibv_context_ops& ops = vctx->context.ops;
+  ops.post_send = op_post_send;
+  ops.post_recv = op_post_recv;
+  ops.post_srq_recv = op_post_srq_recv;
+  ops.poll_cq = op_poll_cq;
+  ops.req_notify_cq = op_req_notify_cq;
+  // alloc_mw stays NULL: the inline ibv_alloc_mw then fails with EOPNOTSUPP, as
+  // memory windows are not supported. bind_mw/dealloc_mw are never reached.
+  vctx->query_port = op_query_port;
+  vctx->query_device_ex = query_device_ex;
+  vctx->create_cq_ex = op_create_cq_ex;
+  // Binaries built against libibverbs 1.1.x reach these compatibility slots.
+  vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
+      dlsym(RTLD_DEFAULT, "ibv_query_port"));
+  vctx->context.ops._compat_query_device = reinterpret_cast<decltype(ops._compat_query_device)>(
+      dlsym(RTLD_DEFAULT, "ibv_query_device"));
+}
+
+void install_cq_ex_ops(ibv_cq_ex* cq) {
+  cq->start_poll = cqx_start_poll;
+  cq->next_poll = cqx_next_poll;
+  cq->end_poll = cqx_end_poll;
+  cq->read_opcode = cqx_read_opcode;
+  cq->read_vendor_err = cqx_read_vendor_err;
+  cq->read_byte_len = cqx_read_byte_len;
+  cq->read_imm_data = cqx_read_imm_data;
+  cq->read_qp_num = cqx_read_qp_num;
+  cq->read_src_qp = cqx_read_src_qp;
+  cq->read_wc_flags = cqx_read_wc_flags;
+  cq->read_slid = cqx_read_slid;
+  cq->read_sl = cqx_read_sl;
+  cq->read_dlid_path_bits = cqx_read_dlid_path_bits;
+  cq->read_completion_ts = cqx_read_completion_ts;
+  cq->read_completion_wallclock_ns = cqx_read_completion_wallclock_ns;
+}
+
+}  // namespace softverbs::emu

@@ -1,0 +1,44 @@
+#include "emu/objects/objects.hpp"
+
+namespace softverbs::emu {
+
+Pd::Pd(Context& ctx) : ctx_(ctx) {
+  handle_.owner = this;
+  handle_.pub.context = ctx.ibv();
+  handle_.pub.handle = 0;
+}
+
+Mr::Mr(Pd& pd, void* addr, size_t length, uint64_t iova, unsigned access) : pd_(&pd), iova_(iova), access_(access) {
+  handle_.owner = this;
+  ibv_mr& m = handle_.pub;
+  m.context = pd.context().ibv();
+  m.pd = pd.ibv();
+  m.addr = addr;
+  m.length = length;
+}
+
+void Mr::set_translation(void* addr, size_t length, uint64_t iova) {
+  handle_.pub.addr = addr;
+  handle_.pub.length = length;
+  iova_ = iova;
+}
+
+bool Mr::covers(uint64_t iova, uint64_t len) const {
+  uint64_t length = handle_.pub.length;
+  if (iova < iova_) return false;
+  uint64_t off = iova - iova_;
+  return off <= length && len <= length - off;
+}
+
+uint8_t* Mr::host_addr(uint64_t iova) const {
+  return static_cast<uint8_t*>(handle_.pub.addr) + (iova - iova_);
+}
+
+Ah::Ah(Pd& pd, const ibv_ah_attr& attr) : pd_(pd), attr_(attr) {
+  handle_.owner = this;
+  handle_.pub.context = pd.context().ibv();
+  handle_.pub.pd = pd.ibv();
+  handle_.pub.handle = 0;
+}
+
+}  // namespace softverbs::emu

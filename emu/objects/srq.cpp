@@ -1,0 +1,56 @@
+#include <cerrno>
+
+#include "emu/device/caps.hpp"
+#include "emu/objects/objects.hpp"
+
+namespace softverbs::emu {
+
+Srq::Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge)
+    : rq(max_wr, max_sge), pd_(pd) {
+  handle_.owner = this;
+  ibv_srq& s = handle_.pub;
+  s.context = pd.context().ibv();
+  s.srq_context = attr.srq_context;
+  s.pd = pd.ibv();
+  s.handle = 0;
+  pthread_mutex_init(&s.mutex, nullptr);
+  pthread_cond_init(&s.cond, nullptr);
+  s.events_completed = 0;
+}
+
+Srq::~Srq() {
+  pthread_mutex_destroy(&handle_.pub.mutex);
+  pthread_cond_destroy(&handle_.pub.cond);
+}
+
+int Srq::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  std::lock_guard lock(mu);
+  for (; wr; wr = wr->next) {
+    if (int rc = post_recv_wqe(rq, *wr)) {
+      *bad_wr = wr;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int Srq::modify(ibv_srq_attr* attr, int attr_mask) {
+  if (attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  // ConnectX cannot resize an SRQ (the device does not report IBV_DEVICE_SRQ_RESIZE).
+  if (attr_mask & IBV_SRQ_MAX_WR) return EINVAL;
+  std::lock_guard lock(mu);
+  if (attr_mask & IBV_SRQ_LIMIT) {
+    if (attr->srq_limit > rq.capacity()) return EINVAL;
+    limit = attr->srq_limit;  // arms the limit event; 0 disarms it
+  }
+  return 0;
+}
+
+void Srq::query(ibv_srq_attr* attr) {
+  std::lock_guard lock(mu);
+  attr->max_wr = rq.capacity();
+  attr->max_sge = rq.max_sge();
+  attr->srq_limit = limit;
+}
+
+}  // namespace softverbs::emu

@@ -1,0 +1,397 @@
+#include <cerrno>
+#include <cstring>
+
+#include "emu/device/caps.hpp"
+#include "emu/device/fault_actions.hpp"
+#include "emu/objects/objects.hpp"
+#include "emu/device/progress.hpp"
+#include "emu/qp/qp_state.hpp"
+#include "wire/opcode.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (type) {
+    case IBV_QPT_RC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+             op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    case IBV_QPT_UC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM;
+    case IBV_QPT_UD:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    default:
+      return false;
+  }
+}
+
+QpAttrLimits limits_of(const Device& dev) {
+  ibv_device_attr da;
+  ibv_port_attr pa;
+  dev.fill_device_attr(&da);
+  dev.fill_port_attr(&pa);
+  return make_qp_attr_limits(da, pa);
+}
+
+}  // namespace
+
+Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
+    : pd_(pd),
+      type_(attr.qp_type),
+      send_cq_(Cq::from(attr.send_cq)),
+      recv_cq_(Cq::from(attr.recv_cq)),
+      srq_(attr.srq ? Srq::from(attr.srq) : nullptr),
+      sq_sig_all_(attr.sq_sig_all != 0),
+      cap_(attr.cap),
+      sq_(attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_inline_data),
+      rq_(attr.srq ? 0 : attr.cap.max_recv_wr, attr.srq ? 0 : attr.cap.max_recv_sge) {
+  handle_.owner = this;
+  ibv_qp& q = handle_.pub.qp_base;
+  q.context = pd.context().ibv();
+  q.qp_context = attr.qp_context;
+  q.pd = pd.ibv();
+  q.send_cq = attr.send_cq;
+  q.recv_cq = attr.recv_cq;
+  q.srq = attr.srq;
+  q.handle = 0;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr.qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  if (srq_) {
+    cap_.max_recv_wr = 0;
+    cap_.max_recv_sge = 0;
+  }
+  attr_.qp_state = IBV_QPS_RESET;
+  attr_.cur_qp_state = IBV_QPS_RESET;
+  attr_.cap = cap_;
+}
+
+Qp::~Qp() {
+  pthread_mutex_destroy(&handle_.pub.qp_base.mutex);
+  pthread_cond_destroy(&handle_.pub.qp_base.cond);
+}
+
+int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
+  std::lock_guard lock(mu_);
+  const auto mask = static_cast<uint32_t>(attr_mask);
+  // Mask bits no kernel defines are refused before anything else, as uverbs does.
+  if (qp_attr_mask_unsupported_bits(mask)) return EOPNOTSUPP;
+  const QpTransition t = resolve_modify_qp_transition(attr_.qp_state, *attr, mask);
+  const ibv_qp_state cur = t.cur;
+  const ibv_qp_state next = t.next;
+  if (!modify_qp_is_ok(type_, cur, next, mask)) return EINVAL;
+  if (int err = validate_qp_attr_values(*attr, mask, limits_of(device()), attr_.port_num)) return err;
+  if (mask & IBV_QP_AV) {
+    // The destination must be reachable by an emulated port: an IPv4-mapped GID,
+    // an emulated port's IB GID, or a LID.
+    ibv_qp_attr saved = attr_;
+    in_addr saved_dest = dest_addr_;
+    attr_.ah_attr = attr->ah_attr;
+    bool ok = resolve_dest_locked();
+    attr_ = saved;
+    if (!ok) {
+      dest_addr_ = saved_dest;
+      return EINVAL;
+    }
+  }
+
+  // Apply the attributes the mask names.
+  auto has = [attr_mask](int bit) { return (attr_mask & bit) != 0; };
+  if (has(IBV_QP_PKEY_INDEX)) attr_.pkey_index = attr->pkey_index;
+  if (has(IBV_QP_PORT)) attr_.port_num = attr->port_num;
+  if (has(IBV_QP_QKEY)) attr_.qkey = attr->qkey;
+  if (has(IBV_QP_ACCESS_FLAGS)) attr_.qp_access_flags = attr->qp_access_flags;
+  if (has(IBV_QP_AV)) attr_.ah_attr = attr->ah_attr;
+  if (has(IBV_QP_PATH_MTU)) attr_.path_mtu = attr->path_mtu;
+  if (has(IBV_QP_DEST_QPN)) attr_.dest_qp_num = attr->dest_qp_num;
+  if (has(IBV_QP_RQ_PSN)) attr_.rq_psn = attr->rq_psn & 0xffffff;
+  if (has(IBV_QP_MAX_DEST_RD_ATOMIC)) attr_.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (has(IBV_QP_MIN_RNR_TIMER)) attr_.min_rnr_timer = attr->min_rnr_timer;
+  if (has(IBV_QP_SQ_PSN)) attr_.sq_psn = attr->sq_psn & 0xffffff;
+  if (has(IBV_QP_TIMEOUT)) attr_.timeout = attr->timeout;
+  if (has(IBV_QP_RETRY_CNT)) attr_.retry_cnt = attr->retry_cnt;
+  if (has(IBV_QP_RNR_RETRY)) attr_.rnr_retry = attr->rnr_retry;
+  if (has(IBV_QP_MAX_QP_RD_ATOMIC)) attr_.max_rd_atomic = attr->max_rd_atomic;
+  if (has(IBV_QP_ALT_PATH)) {
+    attr_.alt_ah_attr = attr->alt_ah_attr;
+    attr_.alt_pkey_index = attr->alt_pkey_index;
+    attr_.alt_port_num = attr->alt_port_num;
+    attr_.alt_timeout = attr->alt_timeout;
+  }
+  if (has(IBV_QP_PATH_MIG_STATE)) attr_.path_mig_state = attr->path_mig_state;
+  if (has(IBV_QP_EN_SQD_ASYNC_NOTIFY)) attr_.en_sqd_async_notify = attr->en_sqd_async_notify;
+
+  if (next != cur || has(IBV_QP_STATE)) {
+    attr_.qp_state = next;
+    attr_.cur_qp_state = next;
+    handle_.pub.qp_base.state = next;
+    if (next == IBV_QPS_RESET) {
+      // Reset discards every outstanding work request without a completion and
+      // returns the attributes to their initial values (IBTA 10.3.1 QP states).
+      sq_.clear();
+      rq_.clear();
+      rcv_ = Receiving{};
+      wr_ = Writing{};
+      resources_.clear();
+      tx_index_ = 0;
+      tx_offset_ = 0;
+      rnr_waiting_ = false;
+      error_pending_ = false;
+      deadline_ = {};
+      ibv_qp_attr fresh{};
+      fresh.cap = cap_;
+      attr_ = fresh;
+    } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+      error_pending_ = false;
+      enter_error_locked();
+    } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
+      epsn_ = attr_.rq_psn;
+      msn_ = 0;
+      prev_opcode_ = wire::kNoPrevOpcode;
+      nak_sent_ = false;
+      uc_drop_ = type_ == IBV_QPT_UC;
+      comm_established_ = false;
+      device().start_progress();
+    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+      req_psn_ = unacked_psn_ = sent_end_psn_ = attr_.sq_psn;
+      tx_index_ = 0;
+      tx_offset_ = 0;
+      retry_left_ = attr_.retry_cnt;
+      rnr_retry_left_ = attr_.rnr_retry;
+      rnr_waiting_ = false;
+      if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
+      requester_locked();
+    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
+      attr_.sq_draining = 0;
+      requester_locked();
+    } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
+      // The send queue drains: messages under way finish, no new one starts
+      // (IBTA 10.3.1, Send Queue Drain state).
+      attr_.sq_draining = 1;
+      check_drained_locked();
+    }
+  }
+  return 0;
+}
+
+int Qp::query(ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
+  std::lock_guard lock(mu_);
+  // Like the kernel, every attribute is reported whatever the mask asks for.
+  *attr = attr_;
+  attr->cap = cap_;
+  attr->cur_qp_state = attr_.qp_state;
+  std::memset(init_attr, 0, sizeof *init_attr);
+  const ibv_qp& q = handle_.pub.qp_base;
+  init_attr->qp_context = q.qp_context;
+  init_attr->send_cq = q.send_cq;
+  init_attr->recv_cq = q.recv_cq;
+  init_attr->srq = q.srq;
+  init_attr->cap = cap_;
+  init_attr->qp_type = type_;
+  init_attr->sq_sig_all = sq_sig_all_ ? 1 : 0;
+  return 0;
+}
+
+int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  // The fault layer's post_recv rules, one decision per work request: the first
+  // that fails the post ends it there (docs/faults.md).
+  ibv_recv_wr* fail_at = nullptr;
+  int fail_errno = 0;
+  if (faults::FaultEngine::instance().verbs_active()) {
+    for (ibv_recv_wr* w = wr; w && !fail_at; w = w->next) {
+      if ((fail_errno = post_fault(*this, faults::VerbPoint::post_recv, std::nullopt))) fail_at = w;
+    }
+  }
+  std::lock_guard lock(mu_);
+  const ibv_qp_state state = attr_.qp_state;
+  for (; wr; wr = wr->next) {
+    if (wr == fail_at) {
+      *bad_wr = wr;
+      return fail_errno;
+    }
+    // A QP attached to an SRQ has no receive queue of its own.
+    if (srq_ || state == IBV_QPS_RESET) {
+      *bad_wr = wr;
+      return EINVAL;
+    }
+    if (int rc = post_recv_wqe(rq_, *wr)) {
+      *bad_wr = wr;
+      return rc;
+    }
+  }
+  // Work requests posted to a QP in the error state complete at once, flushed.
+  if (state == IBV_QPS_ERR) flush_locked();
+  return 0;
+}
+
+int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  ibv_send_wr* fail_at = nullptr;
+  int fail_errno = 0;
+  if (faults::FaultEngine::instance().verbs_active()) {
+    for (ibv_send_wr* w = wr; w && !fail_at; w = w->next) {
+      if ((fail_errno = post_fault(*this, faults::VerbPoint::post_send, static_cast<int>(w->opcode)))) fail_at = w;
+    }
+  }
+  std::lock_guard lock(mu_);
+  const ibv_qp_state state = attr_.qp_state;
+  // The requests before a failing one are posted (bad_wr names the first one
+  // that is not) and go to work like any others.
+  int rc = 0;
+  for (; wr; wr = wr->next) {
+    if (wr == fail_at) {
+      *bad_wr = wr;
+      rc = fail_errno;
+      break;
+    }
+    if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
+      *bad_wr = wr;
+      rc = EINVAL;
+      break;
+    }
+    if (!opcode_valid_for(type_, wr->opcode)) {
+      *bad_wr = wr;
+      rc = EINVAL;
+      break;
+    }
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > sq_.max_sge()) {
+      *bad_wr = wr;
+      rc = EINVAL;
+      break;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+    const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
+    if (is_inline && total > sq_.max_inline()) {
+      *bad_wr = wr;
+      rc = EINVAL;
+      break;
+    }
+    // A datagram needs an address handle of this QP's PD, and one emulated devices
+    // can reach.
+    in_addr ud_dest{};
+    if (type_ == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->pd != pd_.ibv() ||
+                                !resolve_av(device(), Ah::from(wr->wr.ud.ah)->attr(), &ud_dest))) {
+      *bad_wr = wr;
+      rc = EINVAL;
+      break;
+    }
+    if (sq_.full()) {
+      *bad_wr = wr;
+      rc = ENOMEM;
+      break;
+    }
+    SendWqe& wqe = sq_.next();
+    wqe.wr_id = wr->wr_id;
+    wqe.opcode = wr->opcode;
+    wqe.send_flags = wr->send_flags;
+    wqe.num_sge = is_inline ? 0 : static_cast<uint32_t>(wr->num_sge);
+    wqe.total_length = total;
+    wqe.imm_data = wr->imm_data;  // also invalidate_rkey (a union)
+    wqe.is_inline = is_inline;
+    wqe.ah = nullptr;
+    // The slot is reused: its transmission state starts afresh.
+    wqe.first_psn = wqe.last_psn = 0;
+    wqe.resp_bytes = 0;
+    wqe.started = false;
+    wqe.sent = false;
+    wqe.acked = false;
+    switch (wr->opcode) {
+      case IBV_WR_RDMA_WRITE:
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+      case IBV_WR_RDMA_READ:
+        wqe.remote_addr = wr->wr.rdma.remote_addr;
+        wqe.rkey = wr->wr.rdma.rkey;
+        break;
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        wqe.remote_addr = wr->wr.atomic.remote_addr;
+        wqe.rkey = wr->wr.atomic.rkey;
+        wqe.compare_add = wr->wr.atomic.compare_add;
+        wqe.swap = wr->wr.atomic.swap;
+        break;
+      default:
+        break;
+    }
+    if (type_ == IBV_QPT_UD) {
+      wqe.ah = wr->wr.ud.ah;
+      wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xffffff;
+      wqe.remote_qkey = wr->wr.ud.remote_qkey;
+      wqe.ud_dest = ud_dest.s_addr;
+    }
+    if (is_inline) {
+      // Inline data is copied at post time: the buffer may be reused at once.
+      uint8_t* dst = sq_.next_inline();
+      for (int i = 0; i < wr->num_sge; ++i) {
+        std::memcpy(dst, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
+        dst += wr->sg_list[i].length;
+      }
+    } else {
+      Sge* sges = sq_.next_sges();
+      for (int i = 0; i < wr->num_sge; ++i)
+        sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+    }
+    sq_.push();
+  }
+  if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
+    flush_locked();
+  } else {
+    requester_locked();
+  }
+  return rc;
+}
+
+void Qp::shutdown() {
+  if (timer_) timer_->detach();
+}
+
+void Qp::enter_error_locked() {
+  attr_.qp_state = IBV_QPS_ERR;
+  attr_.cur_qp_state = IBV_QPS_ERR;
+  handle_.pub.qp_base.state = IBV_QPS_ERR;
+  flush_locked();
+  if (srq_) {
+    // IBTA 10.3.1: a QP attached to an SRQ reports its last WQE once in error.
+    ibv_async_event ev{};
+    ev.element.qp = ibv();
+    ev.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+    context().post_async_event(ev);
+  }
+}
+
+void Qp::flush_locked() {
+  tx_index_ = 0;
+  tx_offset_ = 0;
+  rnr_waiting_ = false;
+  // Every outstanding work request completes with IBV_WC_WR_FLUSH_ERR, signaled or
+  // not: completions in error are always generated (IBTA 10.8.3).
+  auto push = [this](Cq* cq, uint64_t wr_id, ibv_wc_opcode opcode) {
+    ibv_wc wc{};
+    wc.wr_id = wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = opcode;
+    wc.qp_num = qpn();
+    push_completion_locked(cq, wc, false);
+  };
+  if (attr_.qp_state == IBV_QPS_ERR) {
+    if (rcv_.active && !srq_) {
+      // The receive WQE a message was being placed into comes first.
+      push(recv_cq_, rcv_.wqe.wr_id, IBV_WC_RECV);
+    }
+    rcv_ = Receiving{};
+    while (!rq_.empty()) {
+      push(recv_cq_, rq_.front().wr_id, IBV_WC_RECV);
+      rq_.pop();
+    }
+  }
+  while (!sq_.empty()) {
+    const SendWqe& w = sq_.front();
+    push(send_cq_, w.wr_id, wc_opcode_of(w.opcode));
+    sq_.pop();
+  }
+}
+
+}  // namespace softverbs::emu

@@ -1,0 +1,447 @@
+// The requester: turns send work requests into request packets (IBTA 9.7.4,
+// 9.4): segmentation by path MTU, PSN assignment, the window of unacknowledged
+// packets, max_rd_atomic, fences, and retransmission from a PSN.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "emu/device/caps.hpp"
+#include "emu/memory/sge.hpp"
+#include "emu/objects/objects.hpp"
+#include "emu/device/progress.hpp"
+#include "core/log.hpp"
+#include "wire/psn.hpp"
+
+namespace softverbs::emu {
+namespace {
+
+using namespace wire;
+
+// Packets in flight per QP before the requester waits for acknowledgements. It
+// bounds what one QP can put into a receiver's socket buffer.
+constexpr uint32_t kWindow = 64;
+// A request asks for an acknowledgement at least this often, so the window keeps
+// moving within long messages.
+constexpr uint32_t kAckEvery = 16;
+// Large RDMA READs are requested in pieces of at most this many response
+// packets, so the responder's burst is bounded by the window too.
+constexpr uint32_t kReadChunkPackets = 32;
+// Floor of the local ACK timeout: software on a loaded host cannot answer within
+// microseconds, so shorter timeouts would only cause spurious retransmissions.
+constexpr auto kMinAckTimeout = std::chrono::milliseconds(1);
+
+bool is_read_or_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+struct OpcodeSet {
+  uint8_t first, middle, last, only, last_imm, only_imm, last_inv, only_inv;
+};
+
+const OpcodeSet& send_opcodes(bool uc) {
+  static constexpr OpcodeSet rc{opcode::rc_send_first,
+                                opcode::rc_send_middle,
+                                opcode::rc_send_last,
+                                opcode::rc_send_only,
+                                opcode::rc_send_last_with_immediate,
+                                opcode::rc_send_only_with_immediate,
+                                opcode::rc_send_last_with_invalidate,
+                                opcode::rc_send_only_with_invalidate};
+  static constexpr OpcodeSet ucs{opcode::uc_send_first,
+                                 opcode::uc_send_middle,
+                                 opcode::uc_send_last,
+                                 opcode::uc_send_only,
+                                 opcode::uc_send_last_with_immediate,
+                                 opcode::uc_send_only_with_immediate,
+                                 0,
+                                 0};
+  return uc ? ucs : rc;
+}
+
+const OpcodeSet& write_opcodes(bool uc) {
+  static constexpr OpcodeSet rc{opcode::rc_rdma_write_first,
+                                opcode::rc_rdma_write_middle,
+                                opcode::rc_rdma_write_last,
+                                opcode::rc_rdma_write_only,
+                                opcode::rc_rdma_write_last_with_immediate,
+                                opcode::rc_rdma_write_only_with_immediate,
+                                0,
+                                0};
+  static constexpr OpcodeSet ucs{opcode::uc_rdma_write_first,
+                                 opcode::uc_rdma_write_middle,
+                                 opcode::uc_rdma_write_last,
+                                 opcode::uc_rdma_write_only,
+                                 opcode::uc_rdma_write_last_with_immediate,
+                                 opcode::uc_rdma_write_only_with_immediate,
+                                 0,
+                                 0};
+  return uc ? ucs : rc;
+}
+
+}  // namespace
+
+void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+  transmit_to_locked(dest_addr_, h, payload);
+}
+
+void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+  static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
+  Device& dev = device();
+  const IcrcFlow flow{dev.flow(dev.addr(), dest)};
+  size_t n = build(h, payload, buf, &flow);
+  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n));
+}
+
+bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
+  if (av.is_global) {
+    const uint8_t* g = av.grh.dgid.raw;
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(g, v4mapped, 12) == 0) {
+      std::memcpy(&out->s_addr, g + 12, 4);
+      return true;
+    }
+    if (dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) {
+      // An IB GID of an emulated port: its GUID carries the address (Device).
+      uint8_t b[4] = {g[10], g[13], g[14], g[15]};
+      std::memcpy(&out->s_addr, b, 4);
+      return true;
+    }
+    return false;  // IPv6 destinations are not supported
+  }
+  *out = dev.addr_of_lid(av.dlid);
+  return true;
+}
+
+bool Qp::resolve_dest_locked() { return resolve_av(device(), attr_.ah_attr, &dest_addr_); }
+
+void Qp::arm_timer_locked() {
+  // Called right after a packet went out: the high-water mark must include it, or a
+  // packet sent just after everything before it was acknowledged gets no timer.
+  if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
+  if (!timer_) return;
+  if (unacked_psn_ == sent_end_psn_ && !rnr_waiting_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (rnr_waiting_) {
+    timer_->arm_at(rnr_until_);
+    return;
+  }
+  if (attr_.timeout == 0) return;  // 0: wait forever (IBTA 9.7.6.1.3)
+  // 4.096 us * 2^timeout
+  auto t = std::chrono::nanoseconds(static_cast<int64_t>(4096) << attr_.timeout);
+  deadline_ = now + std::max<std::chrono::steady_clock::duration>(t, kMinAckTimeout);
+  timer_->arm_at(deadline_);
+}
+
+void Qp::requester_locked() {
+  const ibv_qp_state s = attr_.qp_state;
+  if (s == IBV_QPS_RTS) {
+    while (send_next_packet_locked()) {
+    }
+  } else if (s == IBV_QPS_SQD) {
+    // Draining: finish the message under way, start none.
+    while (tx_offset_ > 0 && send_next_packet_locked()) {
+    }
+  }
+  if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
+}
+
+void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
+  const uint32_t mtu = mtu_bytes();
+  uint64_t len = std::min<uint64_t>(w.total_length - offset, uint64_t{kReadChunkPackets} * mtu);
+  PacketHeaders h;
+  h.bth.opcode = opcode::rc_rdma_read_request;
+  h.bth.dest_qp = attr_.dest_qp_num;
+  h.bth.psn = psn;
+  h.bth.ack_req = true;
+  h.reth.va = w.remote_addr + offset;
+  h.reth.rkey = w.rkey;
+  h.reth.dma_len = static_cast<uint32_t>(len);
+  transmit_locked(h, {});
+  req_psn_ = psn_add(psn, packets_for(len, mtu));
+  tx_offset_ = offset + len;
+}
+
+bool Qp::send_ud_locked() {
+  // Unreliable datagram (IBTA 9.8.4): each SEND is one packet to the address and
+  // QP its work request names, and is done once sent.
+  SendWqe& w = sq_.at(tx_index_);
+  const uint32_t mtu = 128u << device().active_mtu();
+  if (w.total_length > mtu) {
+    complete_send_error_locked(w, IBV_WC_LOC_LEN_ERR);
+    return false;
+  }
+  std::shared_lock mr_lock(device().mr_lock());
+  PacketHeaders h;
+  const bool with_imm = w.opcode == IBV_WR_SEND_WITH_IMM;
+  h.bth.opcode = with_imm ? opcode::ud_send_only_with_immediate : opcode::ud_send_only;
+  h.bth.dest_qp = w.remote_qpn;
+  h.bth.psn = req_psn_;
+  h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  // A Q_Key with the high-order bit set means the QP's own (IBTA 10.2.5).
+  h.deth.qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+  h.deth.src_qp = qpn();
+  if (with_imm) h.imm.data = w.imm_data;
+  std::vector<std::span<const uint8_t>> payload;
+  if (w.total_length) {
+    if (w.is_inline) {
+      payload.emplace_back(sq_.inline_at(tx_index_), w.total_length);
+    } else {
+      static thread_local std::vector<std::span<uint8_t>> spans;
+      if (!resolve_sges(device(), pd_, sq_.sges_at(tx_index_), w.num_sge, 0, w.total_length, 0, spans)) {
+        mr_lock.unlock();
+        complete_send_error_locked(w, IBV_WC_LOC_PROT_ERR);
+        return false;
+      }
+      for (auto& sp : spans) payload.emplace_back(sp.data(), sp.size());
+    }
+  }
+  in_addr dest{};
+  dest.s_addr = w.ud_dest;
+  transmit_to_locked(dest, h, payload);
+  mr_lock.unlock();
+  req_psn_ = psn_add(req_psn_, 1);
+  w.started = w.sent = w.acked = true;
+  ++tx_index_;
+  retire_acked_locked();
+  return true;
+}
+
+bool Qp::send_next_packet_locked() {
+  if (rnr_waiting_ || tx_index_ >= sq_.size()) return false;
+  if (type_ == IBV_QPT_UD) return send_ud_locked();
+  const bool uc = type_ == IBV_QPT_UC;
+  if (!uc && static_cast<uint32_t>(psn_diff(req_psn_, unacked_psn_)) >= kWindow) return false;
+
+  SendWqe& w = sq_.at(tx_index_);
+  const uint32_t mtu = mtu_bytes();
+  const bool starting = tx_offset_ == 0;
+  if (starting) {
+    if (!uc) {
+      uint32_t reads = 0;
+      bool fence_blocked = false;
+      for (uint32_t i = 0; i < tx_index_; ++i) {
+        const SendWqe& p = sq_.at(i);
+        if (is_read_or_atomic(p.opcode) && !p.acked) {
+          ++reads;
+          if (w.send_flags & IBV_SEND_FENCE) fence_blocked = true;
+        }
+      }
+      // IBV_SEND_FENCE waits for every earlier RDMA READ and atomic to finish.
+      if (fence_blocked) return false;
+      const uint32_t max_rd = std::max<uint32_t>(1, attr_.max_rd_atomic);
+      if (is_read_or_atomic(w.opcode) && reads >= max_rd) return false;
+    }
+    if (w.total_length > caps::kMaxMsgSz) {
+      complete_send_error_locked(w, IBV_WC_LOC_LEN_ERR);
+      return false;
+    }
+    if (!w.started) {
+      // The PSNs of a request are fixed at its first transmission; a retry resends
+      // the same ones.
+      w.first_psn = req_psn_;
+      const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      w.last_psn = psn_add(w.first_psn, atomic ? 0 : packets_for(w.total_length, mtu) - 1);
+      w.started = true;
+    }
+  }
+
+  std::shared_lock mr_lock(device().mr_lock());
+  PacketHeaders h;
+  h.bth.dest_qp = attr_.dest_qp_num;
+  h.bth.psn = req_psn_;
+  switch (w.opcode) {
+    case IBV_WR_RDMA_READ:
+      send_read_request_locked(w, req_psn_, tx_offset_);
+      if (tx_offset_ >= w.total_length) {
+        w.sent = true;
+        ++tx_index_;
+        tx_offset_ = 0;
+      }
+      arm_timer_locked();
+      return true;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      h.bth.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::rc_compare_swap : opcode::rc_fetch_add;
+      h.bth.ack_req = true;
+      h.atomic_eth.va = w.remote_addr;
+      h.atomic_eth.rkey = w.rkey;
+      h.atomic_eth.swap_add = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
+      h.atomic_eth.compare = w.compare_add;
+      transmit_locked(h, {});
+      req_psn_ = psn_add(req_psn_, 1);
+      w.sent = true;
+      ++tx_index_;
+      tx_offset_ = 0;
+      arm_timer_locked();
+      return true;
+    default:
+      break;
+  }
+
+  // SEND and RDMA WRITE: one packet of up to one MTU of payload.
+  const bool is_write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const OpcodeSet& ops = is_write ? write_opcodes(uc) : send_opcodes(uc);
+  const uint64_t left = w.total_length - tx_offset_;
+  const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(left, mtu));
+  const bool first = tx_offset_ == 0;
+  const bool last = left <= mtu;
+  const bool with_imm = w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool with_inv = w.opcode == IBV_WR_SEND_WITH_INV;
+  if (first && last) {
+    h.bth.opcode = with_imm ? ops.only_imm : with_inv ? ops.only_inv : ops.only;
+  } else if (first) {
+    h.bth.opcode = ops.first;
+  } else if (last) {
+    h.bth.opcode = with_imm ? ops.last_imm : with_inv ? ops.last_inv : ops.last;
+  } else {
+    h.bth.opcode = ops.middle;
+  }
+  if (is_write && first) {
+    h.reth.va = w.remote_addr;
+    h.reth.rkey = w.rkey;
+    h.reth.dma_len = static_cast<uint32_t>(w.total_length);
+  }
+  if (last && with_imm) h.imm.data = w.imm_data;
+  if (last && with_inv) h.ieth.rkey = w.imm_data;  // the invalidate_rkey member of the union, host order
+  if (last && (w.send_flags & IBV_SEND_SOLICITED) && (!is_write || with_imm)) h.bth.se = true;
+  const uint32_t pkt_index = static_cast<uint32_t>(tx_offset_ / mtu);
+  h.bth.ack_req = !uc && (last || (pkt_index + 1) % kAckEvery == 0);
+
+  // The payload, straight from the registered memory (or the inline copy).
+  std::vector<std::span<const uint8_t>> payload;
+  if (len) {
+    if (w.is_inline) {
+      payload.emplace_back(sq_.inline_at(tx_index_) + tx_offset_, len);
+    } else {
+      static thread_local std::vector<std::span<uint8_t>> spans;
+      if (!resolve_sges(device(), pd_, sq_.sges_at(tx_index_), w.num_sge, tx_offset_, len, 0, spans)) {
+        mr_lock.unlock();
+        complete_send_error_locked(w, IBV_WC_LOC_PROT_ERR);
+        return false;
+      }
+      for (auto& s : spans) payload.emplace_back(s.data(), s.size());
+    }
+  }
+  transmit_locked(h, payload);
+  mr_lock.unlock();
+  req_psn_ = psn_add(req_psn_, 1);
+  tx_offset_ += len;
+  if (last) {
+    w.sent = true;
+    ++tx_index_;
+    tx_offset_ = 0;
+    if (uc) {
+      // UC has no acknowledgements: the work request is done once sent.
+      w.acked = true;
+      unacked_psn_ = req_psn_;
+      retire_acked_locked();
+    }
+  }
+  if (!uc) arm_timer_locked();
+  return true;
+}
+
+void Qp::retransmit_from_locked(uint32_t psn) {
+  // Go back N (IBTA 9.7.5.1.4): resend everything from the oldest packet the
+  // responder has not acknowledged, never from before it. Also used to move
+  // forward, when an acknowledgement covers packets a retry was about to resend.
+  if (psn_lt(psn, unacked_psn_)) psn = unacked_psn_;
+  for (uint32_t i = 0; i < sq_.size(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.acked) continue;
+    uint64_t offset = 0;
+    if (w.started) {
+      if (psn_gt(psn, w.last_psn)) continue;  // a read or atomic waiting for its response
+      if (psn_lt(psn, w.first_psn)) psn = w.first_psn;
+      offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu_bytes();
+      if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || offset >= w.total_length)
+        offset = 0;
+      if (offset == 0) psn = w.first_psn;
+    }
+    SV_LOG(kDebug, "qp 0x%06x: resume at psn %u: WQE %u (wr_id %lu, psns %u..%u%s), offset %lu", qpn(), psn, i,
+           static_cast<unsigned long>(w.wr_id), w.first_psn, w.last_psn, w.started ? "" : " not started",
+           static_cast<unsigned long>(offset));
+    const bool back = psn_lt(psn, req_psn_);
+    tx_index_ = i;
+    tx_offset_ = offset;
+    req_psn_ = psn;
+    w.sent = false;
+    for (uint32_t j = i + 1; j < sq_.size(); ++j) sq_.at(j).sent = false;
+    if (back) device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Every request is acknowledged up to psn: sending resumes after them.
+  if (psn_gt(psn, req_psn_)) {
+    req_psn_ = psn;
+    tx_index_ = sq_.size();
+    tx_offset_ = 0;
+  }
+}
+
+void Qp::on_timer() {
+  // Responses may be waiting in this device's own receive queue, behind a backlog
+  // the application has not drained: process them first, so that a response that
+  // has arrived is never counted as a missing one (on a NIC, arrival and
+  // processing are one). Without this, a slow receiver turns its own backlog into
+  // retransmissions, which deepen the backlog.
+  device().progress(true);
+  std::lock_guard lock(mu_);
+  if (error_pending_) {
+    error_locked(error_event_);
+    return;
+  }
+  if (attr_.qp_state != IBV_QPS_RTS && attr_.qp_state != IBV_QPS_SQD) return;
+  auto now = std::chrono::steady_clock::now();
+  if (rnr_waiting_) {
+    if (now < rnr_until_) {
+      timer_->arm_at(rnr_until_);
+      return;
+    }
+    rnr_waiting_ = false;
+    retransmit_from_locked(unacked_psn_);
+    requester_locked();
+    arm_timer_locked();
+    return;
+  }
+  if (unacked_psn_ == sent_end_psn_) return;  // everything acknowledged meanwhile
+  if (attr_.timeout == 0) return;             // no local ACK timeout (a late timer of an earlier connection)
+  if (now < deadline_) {
+    timer_->arm_at(deadline_);
+    return;
+  }
+  device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
+  SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u (%s)", qpn(),
+         unacked_psn_, req_psn_, sq_.size(), retry_left_, device().rx_state().c_str());
+  // A timeout counts against retry_cnt only when the peer has been silent: a peer
+  // that sends packets (its own requests, duplicate ACKs) is reachable and only
+  // slow, as an emulated device on a loaded host can be for a while. A NIC, which
+  // answers in microseconds, cannot tell the two apart; this is a deliberate
+  // deviation (docs/compatibility.md).
+  const bool peer_alive = heard_from_peer_;
+  heard_from_peer_ = false;
+  gap_rewind_psn_ = 0xffffffff;  // a gap seen again after a timeout is asked for again
+  if (peer_alive) {
+    retransmit_from_locked(unacked_psn_);
+    requester_locked();
+    arm_timer_locked();
+    return;
+  }
+  if (retry_left_ == 0) {
+    // Transport retries exhausted (IBTA 9.7.6.1.3): the oldest outstanding work
+    // request fails and the QP goes to the error state.
+    for (uint32_t i = 0; i < sq_.size(); ++i) {
+      SendWqe& w = sq_.at(i);
+      if (!w.acked) {
+        complete_send_error_locked(w, IBV_WC_RETRY_EXC_ERR);
+        return;
+      }
+    }
+    return;
+  }
+  --retry_left_;
+  retransmit_from_locked(unacked_psn_);
+  requester_locked();
+  arm_timer_locked();
+}
+
+}  // namespace softverbs::emu

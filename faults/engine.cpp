@@ -1,0 +1,318 @@
+#include "faults/engine.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "core/log.hpp"
+#include "faults/scenario.hpp"
+#include "wire/psn.hpp"
+
+namespace softverbs::faults {
+namespace {
+
+using namespace wire;
+
+bool class_matches(PacketClass c, const PacketView& p) {
+  const OpClass oc = p.op->op_class;
+  switch (c) {
+    case PacketClass::any:
+      return true;
+    case PacketClass::send:
+      return oc == OpClass::send;
+    case PacketClass::write:
+      return oc == OpClass::rdma_write;
+    case PacketClass::read_request:
+      return oc == OpClass::rdma_read_request;
+    case PacketClass::read_response:
+      return oc == OpClass::rdma_read_response;
+    case PacketClass::ack:
+      return oc == OpClass::ack && p.aeth.is_ack();
+    case PacketClass::nak:
+      return oc == OpClass::ack && p.aeth.is_nak();
+    case PacketClass::rnr_nak:
+      return oc == OpClass::ack && p.aeth.is_rnr_nak();
+    case PacketClass::atomic:
+      return oc == OpClass::atomic;
+    case PacketClass::atomic_ack:
+      return oc == OpClass::atomic_ack;
+  }
+  return false;
+}
+
+}  // namespace
+
+FaultEngine& FaultEngine::instance() {
+  static FaultEngine* engine = [] {
+    auto* e = new FaultEngine;  // lives until exit
+    if (const char* seed = std::getenv("SOFTVERBS_FAULT_SEED"); seed && *seed)
+      e->set_seed(std::strtoull(seed, nullptr, 0));
+    if (const char* log = std::getenv("SOFTVERBS_FAULT_LOG"); log && *log) e->set_log(log);
+    if (const char* path = std::getenv("SOFTVERBS_FAULTS"); path && *path) {
+      std::string error;
+      if (!e->load_file(path, &error)) SV_LOG(kError, "SOFTVERBS_FAULTS=%s: %s; no faults", path, error.c_str());
+    }
+    return e;
+  }();
+  return *engine;
+}
+
+bool FaultEngine::load_file(const std::string& path, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load(ss.str(), error);
+}
+
+bool FaultEngine::load(std::string_view text, std::string* error) {
+  size_t base;
+  {
+    std::lock_guard lock(mu_);
+    base = rules_.size();
+  }
+  Scenario scenario;
+  if (!parse_scenario(text, base, &scenario, error)) return false;
+  const std::optional<uint64_t> seed = scenario.seed;
+  std::vector<FaultRule>& rules = scenario.rules;
+  std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
+  TimedScheduler scheduler;
+  const bool was_active = verbs_active();
+  {
+    std::lock_guard lock(mu_);
+    if (seed) seed_ = *seed;
+    for (FaultRule& r : rules) {
+      if (r.target == RuleTarget::timed) timed.emplace_back(rules_.size(), generation_, r.at_ms);
+      rules_.push_back(State{std::move(r), 0, 0, {}});
+    }
+    reseed_locked();
+    update_flags_locked();
+    scheduler = scheduler_;
+  }
+  if (scheduler)
+    for (auto [index, gen, at] : timed) scheduler(index, gen, at);
+  notify_verbs_listeners(was_active);
+  return true;
+}
+
+void FaultEngine::clear() {
+  const bool was_active = verbs_active();
+  {
+    std::lock_guard lock(mu_);
+    rules_.clear();
+    ++generation_;
+    update_flags_locked();
+  }
+  notify_verbs_listeners(was_active);
+}
+
+void FaultEngine::add_verbs_listener(std::function<void(bool)> listener) {
+  std::lock_guard lock(mu_);
+  verbs_listeners_.push_back(std::move(listener));
+}
+
+void FaultEngine::notify_verbs_listeners(bool was_active) {
+  const bool now = verbs_active();
+  if (now == was_active) return;
+  std::vector<std::function<void(bool)>> listeners;
+  {
+    std::lock_guard lock(mu_);
+    listeners = verbs_listeners_;
+  }
+  for (auto& l : listeners) l(now);
+}
+
+void FaultEngine::update_flags_locked() {
+  bool packets = false, verbs = false;
+  for (const State& s : rules_) {
+    packets |= s.rule.target == RuleTarget::packet;
+    verbs |= s.rule.target == RuleTarget::verb;
+  }
+  active_.store(packets, std::memory_order_relaxed);
+  verbs_active_.store(verbs, std::memory_order_relaxed);
+}
+
+void FaultEngine::set_timed_scheduler(TimedScheduler scheduler) {
+  std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
+  {
+    std::lock_guard lock(mu_);
+    scheduler_ = scheduler;
+    for (size_t i = 0; i < rules_.size(); ++i)
+      if (rules_[i].rule.target == RuleTarget::timed && rules_[i].fired == 0)
+        timed.emplace_back(i, generation_, rules_[i].rule.at_ms);
+  }
+  if (scheduler)
+    for (auto [index, gen, at] : timed) scheduler(index, gen, at);
+}
+
+void FaultEngine::set_seed(uint64_t seed) {
+  std::lock_guard lock(mu_);
+  seed_ = seed;
+  reseed_locked();
+}
+
+void FaultEngine::reseed_locked() {
+  // Each rule's stream depends on the seed and its position only.
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    std::seed_seq seq{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32), static_cast<uint32_t>(i)};
+    rules_[i].rng.seed(seq);
+  }
+}
+
+bool FaultEngine::set_log(const std::string& path) {
+  std::lock_guard lock(mu_);
+  if (log_) std::fclose(log_);
+  log_ = nullptr;
+  if (path.empty()) return true;
+  log_ = std::fopen(path.c_str(), "ae");
+  return log_ != nullptr;
+}
+
+namespace {
+
+FaultDecision decision_of(const FaultRule& r, size_t index) {
+  FaultDecision d;
+  d.fired = true;
+  d.action = r.action;
+  d.delay_us = r.delay_us;
+  d.syndrome = r.syndrome;
+  d.rule = index;
+  d.error = r.error;
+  d.wc_status = r.wc_status;
+  d.event = r.event;
+  d.port = r.port;
+  d.duration_ms = r.duration_ms;
+  d.device = r.device;
+  d.qpn = r.qpn;
+  return d;
+}
+
+const char* verb_name(VerbPoint v) {
+  switch (v) {
+    case VerbPoint::post_send:
+      return "post_send";
+    case VerbPoint::post_recv:
+      return "post_recv";
+    case VerbPoint::completion:
+      return "completion";
+    case VerbPoint::async_event:
+      return "async_event";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool FaultEngine::fire_locked(State& s) {
+  // The count limit, then nth / every, then the probability.
+  const FaultRule& r = s.rule;
+  if (r.count && s.fired >= r.count) return false;
+  ++s.matches;
+  if (r.nth && s.matches != r.nth) return false;
+  if (r.every && s.matches % r.every != 0) return false;
+  if (r.probability < 1.0 && std::uniform_real_distribution<double>(0.0, 1.0)(s.rng) >= r.probability) return false;
+  ++s.fired;
+  return true;
+}
+
+void FaultEngine::log_locked(const State& s, const char* what) {
+  if (!log_) return;
+  std::fprintf(log_, "%s rule=%s action=%.*s\n", what, s.rule.name.c_str(),
+               static_cast<int>(to_string(s.rule.action).size()), to_string(s.rule.action).data());
+  std::fflush(log_);
+}
+
+FaultDecision FaultEngine::decide(const PacketFacts& f) {
+  FaultDecision d;
+  if (!active()) return d;
+  const PacketView& p = *f.pkt;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    State& s = rules_[i];
+    const FaultRule& r = s.rule;
+    if (r.target != RuleTarget::packet) continue;
+    if (r.direction != Direction::any && r.direction != f.direction) continue;
+    if (!r.device.empty() && r.device != f.device) continue;
+    if (r.qpn && *r.qpn != p.bth.dest_qp) continue;
+    if (r.opcode && *r.opcode != p.bth.opcode) continue;
+    if (!class_matches(r.packet_class, p)) continue;
+    if (r.psn_first && (psn_lt(p.bth.psn, *r.psn_first) || psn_gt(p.bth.psn, *r.psn_last))) continue;
+    if (!fire_locked(s)) continue;
+    if (log_) {
+      char what[160];
+      std::snprintf(what, sizeof what, "%s %.*s qpn=0x%06x psn=%u opcode=%.*s",
+                    f.direction == Direction::tx ? "tx" : "rx", static_cast<int>(f.device.size()), f.device.data(),
+                    p.bth.dest_qp, p.bth.psn, static_cast<int>(p.op->name.size()), p.op->name.data());
+      log_locked(s, what);
+    }
+    return decision_of(r, i);  // the first rule that fires decides
+  }
+  return d;
+}
+
+FaultDecision FaultEngine::decide(const VerbFacts& f) {
+  FaultDecision d;
+  if (!verbs_active()) return d;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    State& s = rules_[i];
+    const FaultRule& r = s.rule;
+    if (r.target != RuleTarget::verb || r.verb != f.verb) continue;
+    if (!r.device.empty() && r.device != f.device) continue;
+    if (r.qpn && (!f.qpn || *r.qpn != *f.qpn)) continue;
+    if (r.verb_opcode && (!f.opcode || *r.verb_opcode != *f.opcode)) continue;
+    if (r.match_event && (!f.event || *r.match_event != *f.event)) continue;
+    if (!fire_locked(s)) continue;
+    if (log_) {
+      char what[160];
+      std::snprintf(what, sizeof what, "%s %.*s qpn=0x%06x opcode=%d event=%d", verb_name(f.verb),
+                    static_cast<int>(f.device.size()), f.device.data(), f.qpn.value_or(0), f.opcode.value_or(-1),
+                    f.event.value_or(-1));
+      log_locked(s, what);
+    }
+    FaultDecision out = decision_of(r, i);
+    out.device = std::string(f.device);
+    if (f.qpn) out.qpn = f.qpn;
+    return out;
+  }
+  return d;
+}
+
+FaultDecision FaultEngine::fire_timed(size_t index, uint64_t generation) {
+  std::lock_guard lock(mu_);
+  if (generation != generation_ || index >= rules_.size()) return {};
+  State& s = rules_[index];
+  if (s.rule.target != RuleTarget::timed || s.fired) return {};
+  ++s.matches;
+  ++s.fired;
+  if (log_) {
+    char what[96];
+    std::snprintf(what, sizeof what, "timed at_ms=%u device=%s", s.rule.at_ms,
+                  s.rule.device.empty() ? "*" : s.rule.device.c_str());
+    log_locked(s, what);
+  }
+  return decision_of(s.rule, index);
+}
+
+uint64_t FaultEngine::hits(std::string_view rule_name) {
+  std::lock_guard lock(mu_);
+  uint64_t n = 0;
+  for (const State& s : rules_)
+    if (s.rule.name == rule_name) n += s.fired;
+  return n;
+}
+
+size_t FaultEngine::rule_count() {
+  std::lock_guard lock(mu_);
+  return rules_.size();
+}
+
+}  // namespace softverbs::faults
+
+softverbs::FaultControl& softverbs::fault_control() { return faults::FaultEngine::instance(); }

@@ -1,0 +1,27 @@
+// Fault scenarios: the TOML text of docs/faults.md turned into rules. Used by
+// the engine when a scenario is loaded, and by tools that only check one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "faults/rule.hpp"
+
+namespace softverbs::faults {
+
+struct Scenario {
+  std::optional<uint64_t> seed;  // the `seed` key, if given
+  std::vector<FaultRule> rules;  // in the order written
+};
+
+// Parses a scenario. `first_index` is the position the first rule will take
+// among the rules already loaded (it names unnamed rules, "rule N"). Returns
+// false with *error filled (a line number where the TOML is malformed) when the
+// text is not a valid scenario.
+bool parse_scenario(std::string_view toml_text, size_t first_index, Scenario* out, std::string* error);
+
+}  // namespace softverbs::faults

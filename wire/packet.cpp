@@ -1,0 +1,156 @@
+#include "wire/packet.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace softverbs::wire {
+namespace {
+
+template <class H>
+ConstHeaderBytes<H> at(std::span<const std::uint8_t> pkt, const OpcodeInfo& op, std::uint16_t bit) noexcept {
+  return pkt.subspan(header_offset(op, bit)).first<H::kSize>();
+}
+
+template <class H>
+HeaderBytes<H> at(std::span<std::uint8_t> pkt, const OpcodeInfo& op, std::uint16_t bit) noexcept {
+  return pkt.subspan(header_offset(op, bit)).first<H::kSize>();
+}
+
+// Body of parse() after the optional ICRC check. `pkt` is at least BTH + ICRC.
+ParseError parse_headers(std::span<const std::uint8_t> pkt, PacketView& v) noexcept {
+  const OpcodeInfo& op = *v.op;
+  if (v.bth.tver != 0) return ParseError::bad_tver;
+  if (!op.valid) return ParseError::unknown_opcode;
+  if (!op.supported) return ParseError::unsupported_opcode;
+  if (pkt.size() < op.header_len + kIcrcBytes) return ParseError::truncated_headers;
+
+  // Payload + pad; the ICRC is the last 4 bytes.
+  const std::size_t body = pkt.size() - op.header_len - kIcrcBytes;
+  if (!op.has_payload && body != 0) return ParseError::unexpected_payload;
+  if (v.bth.pad_cnt > body) return ParseError::pad_exceeds_payload;
+
+  if (op.has(ext::deth)) v.deth = decode_deth(at<Deth>(pkt, op, ext::deth));
+  if (op.has(ext::reth)) v.reth = decode_reth(at<Reth>(pkt, op, ext::reth));
+  if (op.has(ext::atomic_eth)) {
+    v.atomic_eth = decode_atomic_eth(at<AtomicEth>(pkt, op, ext::atomic_eth));
+  }
+  if (op.has(ext::aeth)) v.aeth = decode_aeth(at<Aeth>(pkt, op, ext::aeth));
+  if (op.has(ext::atomic_ack_eth)) {
+    v.atomic_ack_eth = decode_atomic_ack_eth(at<AtomicAckEth>(pkt, op, ext::atomic_ack_eth));
+  }
+  if (op.has(ext::imm)) v.imm = decode_imm(at<Imm>(pkt, op, ext::imm));
+  if (op.has(ext::ieth)) v.ieth = decode_ieth(at<Ieth>(pkt, op, ext::ieth));
+
+  v.payload = pkt.subspan(op.header_len, body - v.bth.pad_cnt);
+  return ParseError::ok;
+}
+
+ParseError parse_impl(std::span<const std::uint8_t> pkt, PacketView& v, const IcrcFlow* verify) noexcept {
+  v = PacketView{};
+  if (pkt.size() < Bth::kSize + kIcrcBytes) return ParseError::too_short;
+  v.bth = decode_bth(pkt.first<Bth::kSize>());
+  v.op = &opcode_info(v.bth.opcode);
+  const std::size_t icrc_at = pkt.size() - kIcrcBytes;
+  v.icrc = load_icrc(pkt.data() + icrc_at);
+  // Verify first: header errors in a corrupted packet are not the sender's.
+  if (verify != nullptr && icrc(*verify, pkt.first(icrc_at)) != v.icrc) {
+    // A sender whose kernel numbers its IPv4 packets (rxe does) computed the ICRC
+    // over an ID this receiver cannot see: accept the packet if some ID makes
+    // its ICRC hold.
+    const auto* v4 = std::get_if<Ipv4Flow>(verify);
+    if (v4 == nullptr || v4->id != 0 || !solve_ipv4_id(*v4, pkt.first(icrc_at), v.icrc))
+      return ParseError::icrc_mismatch;
+  }
+  return parse_headers(pkt, v);
+}
+
+}  // namespace
+
+std::string_view to_string(ParseError e) noexcept {
+  switch (e) {
+    case ParseError::ok:
+      return "ok";
+    case ParseError::too_short:
+      return "too_short";
+    case ParseError::icrc_mismatch:
+      return "icrc_mismatch";
+    case ParseError::bad_tver:
+      return "bad_tver";
+    case ParseError::unknown_opcode:
+      return "unknown_opcode";
+    case ParseError::unsupported_opcode:
+      return "unsupported_opcode";
+    case ParseError::truncated_headers:
+      return "truncated_headers";
+    case ParseError::unexpected_payload:
+      return "unexpected_payload";
+    case ParseError::pad_exceeds_payload:
+      return "pad_exceeds_payload";
+  }
+  return "?";
+}
+
+ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out) noexcept {
+  return parse_impl(udp_payload, out, nullptr);
+}
+
+ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out, const IcrcFlow& verify) noexcept {
+  return parse_impl(udp_payload, out, &verify);
+}
+
+std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept {
+  const OpcodeInfo& op = opcode_info(opcode);
+  if (!op.supported) return 0;
+  if (!op.has_payload && payload_len != 0) return 0;
+  if (payload_len > kMaxUdpPayload) return 0;  // also keeps the sum below from overflowing
+  const std::size_t pad = (4 - payload_len % 4) % 4;
+  const std::size_t size = op.header_len + payload_len + pad + kIcrcBytes;
+  return size <= kMaxUdpPayload ? size : 0;
+}
+
+std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
+                  std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept {
+  std::size_t payload_len = 0;
+  for (const auto& s : payload) {
+    if (s.size() > kMaxUdpPayload - payload_len) return 0;
+    payload_len += s.size();
+  }
+  const std::size_t size = packet_size(h.bth.opcode, payload_len);
+  if (size == 0 || out.size() < size) return 0;
+  const OpcodeInfo& op = opcode_info(h.bth.opcode);
+  const auto pkt = out.first(size);
+
+  // IBTA: PadCnt pads the payload to a multiple of 4 bytes.
+  Bth bth = h.bth;
+  bth.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
+  encode(bth, pkt.first<Bth::kSize>());
+  if (op.has(ext::deth)) encode(h.deth, at<Deth>(pkt, op, ext::deth));
+  if (op.has(ext::reth)) encode(h.reth, at<Reth>(pkt, op, ext::reth));
+  if (op.has(ext::atomic_eth)) encode(h.atomic_eth, at<AtomicEth>(pkt, op, ext::atomic_eth));
+  if (op.has(ext::aeth)) encode(h.aeth, at<Aeth>(pkt, op, ext::aeth));
+  if (op.has(ext::atomic_ack_eth)) {
+    encode(h.atomic_ack_eth, at<AtomicAckEth>(pkt, op, ext::atomic_ack_eth));
+  }
+  if (op.has(ext::imm)) encode(h.imm, at<Imm>(pkt, op, ext::imm));
+  if (op.has(ext::ieth)) encode(h.ieth, at<Ieth>(pkt, op, ext::ieth));
+
+  std::uint8_t* p = pkt.data() + op.header_len;
+  for (const auto& s : payload) {
+    if (!s.empty()) std::memcpy(p, s.data(), s.size());  // memcpy(null, ..., 0) is UB
+    p += s.size();
+  }
+  std::fill_n(p, bth.pad_cnt, std::uint8_t{0});  // pad bytes are 0 and covered by the ICRC
+  p += bth.pad_cnt;
+
+  const std::size_t icrc_at = size - kIcrcBytes;
+  store_icrc(p, flow != nullptr ? icrc(*flow, pkt.first(icrc_at)) : 0);
+  return size;
+}
+
+std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload, std::span<std::uint8_t> out,
+                  const IcrcFlow* flow) noexcept {
+  const std::span<const std::uint8_t> one[1] = {payload};
+  return build(h, std::span<const std::span<const std::uint8_t>>(one), out, flow);
+}
+
+}  // namespace softverbs::wire

@@ -1,0 +1,100 @@
+// Parsing and building whole RoCEv2 transport packets: the UDP payload, from
+// the BTH to the ICRC (roce-wire.md §1.1):
+//
+//   BTH(12) | extension headers | payload | pad (0..3) | ICRC(4)
+//
+// parse() is total: any byte sequence gives either a decoded view or an error
+// code, with no read outside the input. build() writes into a caller buffer
+// and gathers the payload from caller spans (e.g. straight from registered
+// memory), so a packet costs one copy of its payload.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "wire/headers.hpp"
+#include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
+
+namespace softverbs::wire {
+
+// ---------------------------------------------------------------------------
+// Interface
+// ---------------------------------------------------------------------------
+
+// All transport headers a packet may carry; an opcode uses only those in its
+// OpcodeInfo::headers, the others are ignored by build() and left
+// value-initialised by parse().
+struct PacketHeaders {
+  Bth bth;
+  Deth deth;
+  Reth reth;
+  Aeth aeth;
+  AtomicEth atomic_eth;
+  AtomicAckEth atomic_ack_eth;
+  Imm imm;
+  Ieth ieth;
+  friend bool operator==(const PacketHeaders&, const PacketHeaders&) = default;
+};
+
+// A parsed packet. Spans point into the parsed buffer.
+struct PacketView : PacketHeaders {
+  const OpcodeInfo* op = &opcode_info(0xFF);  // never null; 0xFF is an invalid entry
+  std::span<const std::uint8_t> payload;      // without the pad bytes
+  std::uint32_t icrc = 0;                     // CRC value read from the wire (little-endian bytes)
+
+  bool has(std::uint16_t ext_bits) const noexcept { return op->has(ext_bits); }
+};
+
+enum class ParseError : std::uint8_t {
+  ok,
+  too_short,            // shorter than BTH + ICRC
+  icrc_mismatch,        // only when asked to verify; checked before anything else
+  bad_tver,             // BTH TVer != 0
+  unknown_opcode,       // not in the opcode table (incl. RD and reserved codes)
+  unsupported_opcode,   // in the table but not implemented (FLUSH, ATOMIC_WRITE, CNP)
+  truncated_headers,    // shorter than the opcode's headers + ICRC
+  unexpected_payload,   // bytes after the headers of an opcode that carries no payload
+  pad_exceeds_payload,  // PadCnt larger than the bytes between headers and ICRC
+};
+
+std::string_view to_string(ParseError e) noexcept;
+
+// Decodes `udp_payload` (BTH .. ICRC) into `out`, which is reset first. On
+// error, `out.bth` and `out.op` are still filled unless the error is
+// too_short, so the caller can count or answer the packet.
+// The ICRC is read but not checked; receivers that cannot know the sender's
+// IP header (a plain UDP socket does not show the IPv4 ID) use this.
+ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out) noexcept;
+
+// As above, and first checks the ICRC against the given flow. A corrupted
+// packet is reported only as icrc_mismatch, never with a header error that
+// the corruption may have caused (rxe drops such packets silently).
+ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out,
+                 const IcrcFlow& verify) noexcept;
+
+// Largest UDP payload that fits an IPv4 datagram (65535 - 20 - 8).
+inline constexpr std::size_t kMaxUdpPayload = 65507;
+
+// Size of the packet build() writes for `opcode` and `payload_len` payload
+// bytes: headers + payload + pad + ICRC. 0 if build() would refuse it.
+std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept;
+
+// Writes BTH, the extension headers of h.bth.opcode, the payload gathered from
+// `payload` in order, the pad and the ICRC into `out`, and returns the packet
+// length. h.bth.pad_cnt is ignored and computed from the payload length
+// (pad = -len mod 4). If `flow` is null the ICRC bytes are written as 0, for
+// paths that never check them. Returns 0, leaving `out` in an unspecified
+// state, if the opcode is invalid or unsupported, if payload is given for an
+// opcode without payload, if the packet would exceed kMaxUdpPayload, or if
+// `out` is too small.
+std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
+                  std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept;
+
+// Single-span payload convenience.
+std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload,
+                  std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept;
+
+}  // namespace softverbs::wire
