@@ -1,0 +1,25 @@
+// The real clock: the one place in softverbs that reads the system's clocks
+// (see core/clock.hpp; tests/layout keeps it the only one).
+#include "core/clock.hpp"
+
+namespace softverbs {
+namespace {
+
+class RealClock final : public Clock {
+ public:
+  time_point now() const noexcept override { return std::chrono::steady_clock::now(); }
+  timespec wall_now() const noexcept override {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts;
+  }
+};
+
+}  // namespace
+
+const Clock& real_clock() noexcept {
+  static const RealClock clock;
+  return clock;
+}
+
+}  // namespace softverbs
