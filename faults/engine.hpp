@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/fault_control.hpp"
+#include "faults/filter.hpp"
 #include "faults/rule.hpp"
 
 namespace softverbs::faults {
@@ -25,7 +26,7 @@ namespace softverbs::faults {
 // FaultEngine::fire_timed(index, generation) at_ms after it is handed the rule.
 using TimedScheduler = std::function<void(size_t index, uint64_t generation, uint32_t at_ms)>;
 
-class FaultEngine final : public FaultControl {
+class FaultEngine final : public FaultControl, public PacketFilter, public VerbFilter {
  public:
   // The process-wide engine, loaded on first use from SOFTVERBS_FAULTS (a scenario
   // file) and SOFTVERBS_FAULT_SEED; empty when neither is set.
@@ -42,18 +43,16 @@ class FaultEngine final : public FaultControl {
   bool set_log(const std::string& path) override;
 
   // Cheap check for the common case of no rules.
-  bool active() const { return active_.load(std::memory_order_relaxed); }
-  bool verbs_active() const { return verbs_active_.load(std::memory_order_relaxed); }
-  FaultDecision decide(const PacketFacts& facts);
-  FaultDecision decide(const VerbFacts& facts);
+  bool active() const override { return active_.load(std::memory_order_relaxed); }
+  bool verbs_active() const override { return verbs_active_.load(std::memory_order_relaxed); }
+  FaultDecision decide(const PacketFacts& facts) override;
+  FaultDecision decide(const VerbFacts& facts) override;
   // A timed rule's moment has come: its decision, unless the rules were cleared
   // since it was scheduled.
   FaultDecision fire_timed(size_t index, uint64_t generation);
   // Timed rules already loaded are handed over at once; later ones as they load.
   void set_timed_scheduler(TimedScheduler scheduler);
-  // Called (outside the engine's lock) whenever verbs_active() changes, e.g. so
-  // that a backend can put its verb hooks in place only while verb rules exist.
-  void add_verbs_listener(std::function<void(bool active)> listener);
+  void add_verbs_listener(std::function<void(bool active)> listener) override;
 
   // How many times the named rule fired (0 if there is none).
   uint64_t hits(std::string_view rule_name) override;

@@ -1,0 +1,34 @@
+// What the backends see of the fault engine: two small interfaces, one for the
+// packet path (consulted per packet by the link's fault layer) and one for the
+// verb path (consulted per post, completion and async event). The engine
+// (faults/engine.hpp) implements both; a backend holds a reference to the one it
+// needs and never names the engine.
+#pragma once
+
+#include <functional>
+
+#include "faults/rule.hpp"
+
+namespace softverbs::faults {
+
+class PacketFilter {
+ public:
+  virtual ~PacketFilter() = default;
+  // Cheap check for the common case of no packet rules.
+  virtual bool active() const = 0;
+  // Whether a rule fires for this packet, and what it asks for.
+  virtual FaultDecision decide(const PacketFacts& facts) = 0;
+};
+
+class VerbFilter {
+ public:
+  virtual ~VerbFilter() = default;
+  // Cheap check for the common case of no verb rules.
+  virtual bool verbs_active() const = 0;
+  virtual FaultDecision decide(const VerbFacts& facts) = 0;
+  // Called (outside the engine's lock) whenever verbs_active() changes, e.g. so
+  // that a backend can put its verb hooks in place only while verb rules exist.
+  virtual void add_verbs_listener(std::function<void(bool active)> listener) = 0;
+};
+
+}  // namespace softverbs::faults
