@@ -1,5 +1,5 @@
 // RoCEv2 transport headers: the BTH and the extension transport headers of
-// IBTA Vol1 ch.9 (layouts in roce-wire.md §1.2-1.3).
+// IBTA Vol1 ch.9 (layouts in docs/wire.md §1.2-1.3).
 //
 // Every header is a plain struct with host-order fields, plus encode/decode
 // functions that read and write the big-endian wire bytes one by one (no

@@ -1,4 +1,4 @@
-// RoCEv2 Invariant CRC (roce-wire.md §2.1; IBTA Vol1 "Invariant CRC" as
+// RoCEv2 Invariant CRC (docs/wire.md §2.1; IBTA Vol1 "Invariant CRC" as
 // adapted to IP/UDP by Annex A17).
 //
 // The ICRC is CRC-32 (the Ethernet/zlib polynomial, reflected) over
@@ -15,7 +15,7 @@
 // and the UDP length are derived from the packet length. What the kernel
 // writes must match: for IPv4 the Identification field is inside the ICRC, and
 // only an unconnected socket with IP_PMTUDISC_DO sends ID 0 with DF set, the
-// Ipv4Flow defaults (roce-wire.md §2.2).
+// Ipv4Flow defaults (docs/wire.md §2.2).
 #pragma once
 
 #include <array>

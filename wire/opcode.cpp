@@ -2,7 +2,7 @@
 
 namespace softverbs::wire {
 
-// The header lengths of roce-wire.md §1.4, checked at compile time so a table
+// The header lengths of docs/wire.md §1.4, checked at compile time so a table
 // edit cannot silently change the wire format.
 static_assert(opcode_info(opcode::rc_send_first).header_len == 12);
 static_assert(opcode_info(opcode::rc_send_last_with_immediate).header_len == 16);

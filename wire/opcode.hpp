@@ -1,5 +1,5 @@
 // BTH opcode metadata: one table, indexed by the opcode byte, that says what
-// every RoCEv2 opcode carries and means (roce-wire.md §1.4; IBTA Vol1 ch.9
+// every RoCEv2 opcode carries and means (docs/wire.md §1.4; IBTA Vol1 ch.9
 // "OpCode field" table). Parsing, building and the protocol roles all read it.
 #pragma once
 
@@ -191,7 +191,7 @@ using C = OpClass;
 using P = Position;
 
 // The table. Headers per opcode as the Linux soft-RoCE driver builds them
-// (rxe_opcode.c), which roce-wire.md §1.4 takes as ground truth.
+// (rxe_opcode.c), which docs/wire.md §1.4 takes as ground truth.
 inline constexpr OpcodeRow kOpcodeRows[] = {
     // RC
     {0x00, "RC_SEND_FIRST", C::send, P::first, 0, true},

@@ -1,5 +1,5 @@
 // Parsing and building whole RoCEv2 transport packets: the UDP payload, from
-// the BTH to the ICRC (roce-wire.md §1.1):
+// the BTH to the ICRC (docs/wire.md §1.1):
 //
 //   BTH(12) | extension headers | payload | pad (0..3) | ICRC(4)
 //

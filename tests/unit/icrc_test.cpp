@@ -1,4 +1,4 @@
-// ICRC tests: known-good vectors and the masking rules of roce-wire.md §2.1.
+// ICRC tests: known-good vectors and the masking rules of docs/wire.md §2.1.
 #include "wire/icrc.hpp"
 
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ namespace {
 using Bytes = std::vector<std::uint8_t>;
 
 // Bit-at-a-time reflected CRC-32 (polynomial 0xEDB88320) over the masked
-// stream, written from the description in roce-wire.md §2.1 without ISA-L:
+// stream, written from the description in docs/wire.md §2.1 without ISA-L:
 // raw register seeded with 0xFFFFFFFF, run over 8 x 0xFF, the masked
 // IPv4/UDP/BTH and the rest, then inverted.
 std::uint32_t crc32_bitwise(std::uint32_t reg, std::span<const std::uint8_t> data) {
@@ -56,7 +56,7 @@ std::uint32_t reference_icrc_ipv4(const Ipv4Flow& f, std::span<const std::uint8_
   return ~crc32_bitwise(0xFFFFFFFFu, m);
 }
 
-Ipv4Flow memo_flow() {
+Ipv4Flow reference_flow() {
   Ipv4Flow f;
   f.saddr = {10, 0, 0, 1};
   f.daddr = {10, 0, 0, 2};
@@ -87,20 +87,20 @@ Ipv4Flow loopback_reverse_flow() {
 // How they were verified: each was written, inside Ethernet/IPv4 or IPv6/UDP
 // framing carrying real (non-masked) TTL, TOS, checksums, traffic class and
 // flow label, to a pcap file; then
-//  * an independent Python script written from roce-wire.md §2.1 (bitwise
+//  * an independent Python script written from docs/wire.md §2.1 (bitwise
 //    CRC-32 over the masked headers taken from the captured IP/UDP header
 //    bytes, cross-checked with zlib.crc32) recomputed every ICRC and agreed;
 //  * tshark 4.0.17 (`tshark --disable-heuristic rpcrdma_infiniband -V`)
 //    decoded every header field to the values in the comments. Wireshark does
-//    not check ICRCs (roce-wire.md §3.3), so it only vouches for the layout.
-// kMemoSendOnly additionally reproduces a frame captured by others: frame 4
-// of roce-wire.md §3.2 (RC SEND Only, QP 0x22, PSN 100, "hello RoCE", pad 2,
-// 10.0.0.1 -> 10.0.0.2) whose ICRC Wireshark shows as 0xab411d7f. The memo
-// does not give that frame's UDP source port; of all 65536 ports with IP ID 0
-// and DF set, only 0xD234 gives that ICRC.
+//    not check ICRCs (docs/wire.md §3.3), so it only vouches for the layout.
+// kReferenceSendOnly additionally reproduces the reference frame of docs/wire.md
+// §3.2 (RC SEND Only, QP 0x22, PSN 100, "hello RoCE", pad 2, 10.0.0.1 ->
+// 10.0.0.2) whose ICRC Wireshark shows as 0xab411d7f. Its UDP source port is
+// not part of the reference; of all 65536 ports with IP ID 0 and DF set, only
+// 0xD234 gives that ICRC.
 
 // RC SEND Only, AckReq, QP 0x22, PSN 100, payload "hello RoCE" + 2 pad bytes.
-const Bytes kMemoSendOnly = {0x04, 0x20, 0xff, 0xff, 0x00, 0x00, 0x00, 0x22, 0x80, 0x00, 0x00, 0x64, 0x68, 0x65,
+const Bytes kReferenceSendOnly = {0x04, 0x20, 0xff, 0xff, 0x00, 0x00, 0x00, 0x22, 0x80, 0x00, 0x00, 0x64, 0x68, 0x65,
                              0x6c, 0x6c, 0x6f, 0x20, 0x52, 0x6f, 0x43, 0x45, 0x00, 0x00, 0xab, 0x41, 0x1d, 0x7f};
 
 // RC RDMA WRITE First, QP 0x123, PSN 0xFFFFFE, RETH va 0x7f0000001000 rkey
@@ -145,9 +145,9 @@ std::span<const std::uint8_t> without_icrc(const Bytes& pkt) {
 
 std::uint32_t wire_icrc(const Bytes& pkt) { return load_icrc(pkt.data() + pkt.size() - 4); }
 
-TEST(Icrc, MemoFrameFourVector) {
-  EXPECT_EQ(icrc_ipv4(memo_flow(), without_icrc(kMemoSendOnly)), 0x7f1d41abu);
-  EXPECT_EQ(wire_icrc(kMemoSendOnly), 0x7f1d41abu);
+TEST(Icrc, ReferenceFrameVector) {
+  EXPECT_EQ(icrc_ipv4(reference_flow(), without_icrc(kReferenceSendOnly)), 0x7f1d41abu);
+  EXPECT_EQ(wire_icrc(kReferenceSendOnly), 0x7f1d41abu);
 }
 
 TEST(Icrc, VerifiedIpv4Vectors) {
@@ -185,73 +185,73 @@ TEST(Icrc, MatchesBitwiseReferenceOnRandomPackets) {
 }
 
 TEST(Icrc, MaskedBthByteFourDoesNotMatter) {
-  Bytes pkt(kMemoSendOnly.begin(), kMemoSendOnly.end() - 4);
-  const std::uint32_t base = icrc_ipv4(memo_flow(), pkt);
+  Bytes pkt(kReferenceSendOnly.begin(), kReferenceSendOnly.end() - 4);
+  const std::uint32_t base = icrc_ipv4(reference_flow(), pkt);
   for (int v : {0x80, 0x40, 0xC0, 0x3F, 0xFF}) {
     pkt[4] = static_cast<std::uint8_t>(v);  // FECN, BECN, resv6
-    EXPECT_EQ(icrc_ipv4(memo_flow(), pkt), base);
+    EXPECT_EQ(icrc_ipv4(reference_flow(), pkt), base);
   }
 }
 
 TEST(Icrc, InvariantFieldsMatter) {
-  const Bytes pkt(kMemoSendOnly.begin(), kMemoSendOnly.end() - 4);
-  const std::uint32_t base = icrc_ipv4(memo_flow(), pkt);
+  const Bytes pkt(kReferenceSendOnly.begin(), kReferenceSendOnly.end() - 4);
+  const std::uint32_t base = icrc_ipv4(reference_flow(), pkt);
   // Every BTH bit outside byte 4 is invariant, including SE, M, PadCnt, P_Key,
   // AckReq and resv7.
   for (std::size_t i = 0; i < Bth::kSize; ++i) {
     if (i == 4) continue;
     Bytes m = pkt;
     m[i] ^= 0x01;
-    EXPECT_NE(icrc_ipv4(memo_flow(), m), base) << "BTH byte " << i;
+    EXPECT_NE(icrc_ipv4(reference_flow(), m), base) << "BTH byte " << i;
   }
   Bytes m = pkt;
   m[8] ^= 0x40;  // resv7
-  EXPECT_NE(icrc_ipv4(memo_flow(), m), base);
+  EXPECT_NE(icrc_ipv4(reference_flow(), m), base);
   m = pkt;
   m.back() ^= 0x01;  // a pad byte
-  EXPECT_NE(icrc_ipv4(memo_flow(), m), base);
+  EXPECT_NE(icrc_ipv4(reference_flow(), m), base);
 
-  // The IPv4 Identification and flags enter the ICRC (roce-wire.md §2.2).
-  Ipv4Flow f = memo_flow();
+  // The IPv4 Identification and flags enter the ICRC (docs/wire.md §2.2).
+  Ipv4Flow f = reference_flow();
   f.id = 1;
   EXPECT_NE(icrc_ipv4(f, pkt), base);
-  f = memo_flow();
+  f = reference_flow();
   f.frag_off = 0;
   EXPECT_NE(icrc_ipv4(f, pkt), base);
-  f = memo_flow();
+  f = reference_flow();
   f.sport ^= 1;
   EXPECT_NE(icrc_ipv4(f, pkt), base);
-  f = memo_flow();
+  f = reference_flow();
   f.daddr[3] ^= 1;
   EXPECT_NE(icrc_ipv4(f, pkt), base);
 }
 
 TEST(Icrc, WriteIcrcStoresLittleEndian) {
-  Bytes pkt = kMemoSendOnly;
+  Bytes pkt = kReferenceSendOnly;
   pkt[pkt.size() - 1] ^= 0xFF;
-  write_icrc(IcrcFlow{memo_flow()}, pkt);
-  EXPECT_EQ(pkt, kMemoSendOnly);
+  write_icrc(IcrcFlow{reference_flow()}, pkt);
+  EXPECT_EQ(pkt, kReferenceSendOnly);
 
   Bytes tiny(15, 0xAA);  // shorter than BTH + ICRC: untouched
-  write_icrc(IcrcFlow{memo_flow()}, tiny);
+  write_icrc(IcrcFlow{reference_flow()}, tiny);
   EXPECT_EQ(tiny, Bytes(15, 0xAA));
 }
 
 TEST(Icrc, ParseVerifiesAgainstFlow) {
   PacketView v;
-  EXPECT_EQ(parse(kMemoSendOnly, v, IcrcFlow{memo_flow()}), ParseError::ok);
+  EXPECT_EQ(parse(kReferenceSendOnly, v, IcrcFlow{reference_flow()}), ParseError::ok);
   EXPECT_EQ(v.icrc, 0x7f1d41abu);
   EXPECT_EQ(parse(kUdImmIpv6, v, IcrcFlow{ud_ipv6_flow()}), ParseError::ok);
 
-  Ipv4Flow other = memo_flow();
+  Ipv4Flow other = reference_flow();
   other.id = 0x1234;  // e.g. a connected socket's incrementing ID
-  EXPECT_EQ(parse(kMemoSendOnly, v, IcrcFlow{other}), ParseError::icrc_mismatch);
+  EXPECT_EQ(parse(kReferenceSendOnly, v, IcrcFlow{other}), ParseError::icrc_mismatch);
 
-  for (std::size_t i = 0; i < kMemoSendOnly.size(); ++i) {
+  for (std::size_t i = 0; i < kReferenceSendOnly.size(); ++i) {
     if (i == 4) continue;  // masked
-    Bytes bad = kMemoSendOnly;
+    Bytes bad = kReferenceSendOnly;
     bad[i] ^= 0x10;
-    EXPECT_EQ(parse(bad, v, IcrcFlow{memo_flow()}), ParseError::icrc_mismatch) << "byte " << i;
+    EXPECT_EQ(parse(bad, v, IcrcFlow{reference_flow()}), ParseError::icrc_mismatch) << "byte " << i;
     EXPECT_NE(parse(bad, v), ParseError::icrc_mismatch);  // not verified without a flow
   }
 }
@@ -263,10 +263,10 @@ TEST(Icrc, BuilderReproducesVectors) {
   h.bth.dest_qp = 0x22;
   h.bth.ack_req = true;
   h.bth.psn = 100;
-  const IcrcFlow flow{memo_flow()};
+  const IcrcFlow flow{reference_flow()};
   std::uint8_t buf[64];
   const std::size_t n = build(h, hello, buf, &flow);
-  EXPECT_EQ(Bytes(buf, buf + n), kMemoSendOnly);
+  EXPECT_EQ(Bytes(buf, buf + n), kReferenceSendOnly);
 
   PacketHeaders u;
   u.bth.opcode = opcode::ud_send_only_with_immediate;

@@ -1,4 +1,4 @@
-// 24-bit PSN arithmetic across the wrap (roce-wire.md §2.3).
+// 24-bit PSN arithmetic across the wrap (docs/wire.md §2.3).
 #include "wire/psn.hpp"
 
 #include <gtest/gtest.h>
