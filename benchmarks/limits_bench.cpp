@@ -1,4 +1,4 @@
-// This machine's limits, measured the way /work/shared/docs/limits.md describes,
+// This machine's limits, measured the way docs/limits.md describes,
 // so that the emulator's numbers can be held against them in the same run:
 //   - memcpy bandwidth at 4 KiB, 64 KiB and 1 MiB (cache-resident buffers);
 //   - UDP loopback, plain sendto/recvfrom of 4 KiB datagrams (receiver's rate);
