@@ -1,14 +1,15 @@
 #include "core/log.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "core/env.hpp"
 
 namespace softverbs {
 
 LogLevel log_level() noexcept {
   static const LogLevel level = [] {
-    const char* v = std::getenv("SOFTVERBS_LOG");
+    const char* v = env::log();
     if (!v || !*v) return LogLevel::kError;
     if (!std::strcmp(v, "none") || !std::strcmp(v, "0")) return LogLevel::kNone;
     if (!std::strcmp(v, "error")) return LogLevel::kError;

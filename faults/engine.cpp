@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/log.hpp"
+#include "core/env.hpp"
 #include "faults/scenario.hpp"
 #include "wire/psn.hpp"
 
@@ -48,10 +49,10 @@ bool class_matches(PacketClass c, const PacketView& p) {
 FaultEngine& FaultEngine::instance() {
   static FaultEngine* engine = [] {
     auto* e = new FaultEngine;  // lives until exit
-    if (const char* seed = std::getenv("SOFTVERBS_FAULT_SEED"); seed && *seed)
+    if (const char* seed = env::fault_seed(); seed && *seed)
       e->set_seed(std::strtoull(seed, nullptr, 0));
-    if (const char* log = std::getenv("SOFTVERBS_FAULT_LOG"); log && *log) e->set_log(log);
-    if (const char* path = std::getenv("SOFTVERBS_FAULTS"); path && *path) {
+    if (const char* log = env::fault_log(); log && *log) e->set_log(log);
+    if (const char* path = env::faults(); path && *path) {
       std::string error;
       if (!e->load_file(path, &error)) SV_LOG(kError, "SOFTVERBS_FAULTS=%s: %s; no faults", path, error.c_str());
     }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.hpp"
 #include "core/log.hpp"
 
 #ifndef SV_HW_DEFAULT_LIBIBVERBS
@@ -57,7 +58,7 @@ Namespace* Namespace::current() noexcept { return g_current.load(std::memory_ord
 Namespace* Namespace::get() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* env = std::getenv("SOFTVERBS_HW_LIBIBVERBS");
+    const char* env = env::hw_libibverbs();
     std::string path = env && *env ? env : SV_HW_DEFAULT_LIBIBVERBS;
 
     if (path.front() != '/') {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/log.hpp"
+#include "core/env.hpp"
 #include "wire/headers.hpp"
 #include "wire/icrc.hpp"
 
@@ -35,7 +36,7 @@ void mac_of(in_addr a, uint8_t* mac) {
 
 PcapWriter* PcapWriter::instance() {
   static PcapWriter* writer = []() -> PcapWriter* {
-    const char* env = std::getenv("SOFTVERBS_PCAP");
+    const char* env = env::pcap();
     if (!env || !*env) return nullptr;
     std::string path(env);
     for (size_t at; (at = path.find("%p")) != std::string::npos;) path.replace(at, 2, std::to_string(::getpid()));

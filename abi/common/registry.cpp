@@ -1,15 +1,15 @@
 // Which backends serve this process: SOFTVERBS_BACKEND=emu (default), hw, or both.
-#include <cstdlib>
 #include <string>
 
 #include "abi/common/export.hpp"
+#include "core/env.hpp"
 
 namespace softverbs {
 
 const std::vector<Provider*>& providers() {
   static const std::vector<Provider*> list = [] {
     std::vector<Provider*> out;
-    const char* env = std::getenv("SOFTVERBS_BACKEND");
+    const char* env = env::backend();
     std::string backend = env && *env ? env : "emu";
     if (backend == "emu" || backend == "both") out.push_back(&emu_provider());
     // The real library is loaded by the first hw get_devices(), not here.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "abi/common/export.hpp"
+#include "core/env.hpp"
 
 namespace {
 
@@ -223,7 +224,7 @@ SV_EXPORT void ibv_copy_path_rec_to_kern(struct ib_user_path_rec* dst, struct ib
 
 SV_EXPORT const char* ibv_get_sysfs_path(void) {
   static const std::string path = [] {
-    const char* env = getuid() == geteuid() ? std::getenv("SYSFS_PATH") : nullptr;
+    const char* env = softverbs::env::sysfs_path();  // nullptr in setuid programs, as in rdma-core
     std::string p = env ? std::string(env).substr(0, IBV_SYSFS_PATH_MAX) : "/sys";
     while (!p.empty() && p.back() == '/') p.pop_back();
     return p;

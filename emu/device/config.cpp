@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "core/env.hpp"
+
 namespace softverbs::emu {
 namespace {
 
@@ -134,8 +136,7 @@ std::optional<Config> parse_config(const char* devices, const char* link_layer, 
 }
 
 std::optional<Config> config_from_env(std::string* error) {
-  return parse_config(std::getenv("SOFTVERBS_DEVICES"), std::getenv("SOFTVERBS_LINK_LAYER"),
-                      std::getenv("SOFTVERBS_MTU"), error);
+  return parse_config(env::devices(), env::link_layer(), env::mtu(), error);
 }
 
 }  // namespace softverbs::emu

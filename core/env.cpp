@@ -1,0 +1,75 @@
+// The table of the library's environment variables and their read-once accessors
+// (see core/env.hpp). tests/unit/env_test.cpp checks the table against
+// docs/configuration.md; tests/layout keeps getenv out of every other file.
+#include "core/env.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace softverbs::env {
+namespace {
+
+constexpr const char* kLibrary = "Library variables";
+
+constexpr std::array kTable = {
+    Variable{Var::kDevices, "SOFTVERBS_DEVICES", "the emulated devices: a count or NAME[@ADDRESS][/LINK] entries",
+             "1 (one device emu0 on an automatic address)", kLibrary, false},
+    Variable{Var::kLinkLayer, "SOFTVERBS_LINK_LAYER", "link layer of devices whose entry has no /LINK (eth or ib)",
+             "eth", kLibrary, false},
+    Variable{Var::kMtu, "SOFTVERBS_MTU", "active_mtu of every emulated device's port", "4096", kLibrary, false},
+    Variable{Var::kLog, "SOFTVERBS_LOG", "level of softverbs' diagnostics on stderr (none, error, warn, info, debug)",
+             "error", kLibrary, false},
+    Variable{Var::kBackend, "SOFTVERBS_BACKEND", "which backends list devices (emu, hw or both)", "emu", kLibrary,
+             false},
+    Variable{Var::kHwLibibverbs, "SOFTVERBS_HW_LIBIBVERBS", "absolute path of rdma-core's libibverbs.so.1 for the hw backend",
+             "the distribution's /usr/lib/<arch>/libibverbs.so.1", kLibrary, false},
+    Variable{Var::kPcap, "SOFTVERBS_PCAP", "pcap file of the emulated devices' packets (%p: the process id)",
+             "unset: no capture", kLibrary, false},
+    Variable{Var::kFaults, "SOFTVERBS_FAULTS", "fault scenario file (TOML, docs/faults.md)", "unset: no faults",
+             kLibrary, false},
+    Variable{Var::kFaultSeed, "SOFTVERBS_FAULT_SEED", "seed of the fault rules' random streams", "1", kLibrary, false},
+    Variable{Var::kFaultLog, "SOFTVERBS_FAULT_LOG", "file that gets one line per fault decision",
+             "unset: no decision log", kLibrary, false},
+    // rdma-core's rule: ignored in setuid programs.
+    Variable{Var::kSysfsPath, "SYSFS_PATH", "what ibv_get_sysfs_path() returns", "/sys", kLibrary, true},
+};
+
+// kTable is indexed by Var.
+constexpr bool indexed_by_var() {
+  for (size_t i = 0; i < kTable.size(); ++i)
+    if (static_cast<size_t>(kTable[i].var) != i) return false;
+  return true;
+}
+static_assert(indexed_by_var(), "kTable must list the variables in the order of enum Var");
+
+struct Slot {
+  std::once_flag once;
+  bool set = false;
+  std::string value;
+};
+
+}  // namespace
+
+std::span<const Variable> variables() noexcept { return kTable; }
+
+const char* raw(Var v) noexcept {
+  // Never destroyed: values may be asked for by static destructors and at-exit handlers.
+  static auto* slots = new std::array<Slot, kTable.size()>;
+  const Variable& var = kTable[static_cast<size_t>(v)];
+  Slot& slot = (*slots)[static_cast<size_t>(v)];
+  std::call_once(slot.once, [&] {
+    if (var.ignored_if_setuid && getuid() != geteuid()) return;
+    // A copy: the string getenv returns may be replaced by a later setenv.
+    if (const char* text = std::getenv(var.name)) {
+      slot.set = true;
+      slot.value = text;
+    }
+  });
+  return slot.set ? slot.value.c_str() : nullptr;
+}
+
+}  // namespace softverbs::env
