@@ -27,6 +27,8 @@ constexpr std::array kTable = {
              false},
     Variable{Var::kHwLibibverbs, "SOFTVERBS_HW_LIBIBVERBS", "absolute path of rdma-core's libibverbs.so.1 for the hw backend",
              "the distribution's /usr/lib/<arch>/libibverbs.so.1", kLibrary, false},
+    Variable{Var::kHwLibrdmacm, "SOFTVERBS_HW_LIBRDMACM", "absolute path of rdma-core's librdmacm.so.1 for the hw CM passthrough",
+             "the distribution's /usr/lib/<arch>/librdmacm.so.1", kLibrary, false},
     Variable{Var::kPcap, "SOFTVERBS_PCAP", "pcap file of the emulated devices' packets (%p: the process id)",
              "unset: no capture", kLibrary, false},
     Variable{Var::kFaults, "SOFTVERBS_FAULTS", "fault scenario file (TOML, docs/faults.md)", "unset: no faults",

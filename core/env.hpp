@@ -23,6 +23,7 @@ enum class Var {
   kLog,
   kBackend,
   kHwLibibverbs,
+  kHwLibrdmacm,
   kPcap,
   kFaults,
   kFaultSeed,
@@ -53,6 +54,7 @@ inline const char* mtu() noexcept { return raw(Var::kMtu); }
 inline const char* log() noexcept { return raw(Var::kLog); }
 inline const char* backend() noexcept { return raw(Var::kBackend); }
 inline const char* hw_libibverbs() noexcept { return raw(Var::kHwLibibverbs); }
+inline const char* hw_librdmacm() noexcept { return raw(Var::kHwLibrdmacm); }
 inline const char* pcap() noexcept { return raw(Var::kPcap); }
 inline const char* faults() noexcept { return raw(Var::kFaults); }
 inline const char* fault_seed() noexcept { return raw(Var::kFaultSeed); }

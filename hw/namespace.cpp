@@ -117,8 +117,7 @@ bool Namespace::load(const std::string& path, std::string* why) {
     *why = "cannot create a link namespace: " + dl_error();
     return false;
   }
-  Lmid_t lmid = 0;
-  if (dlinfo(libc_, RTLD_DI_LMID, &lmid) != 0) {
+  if (dlinfo(libc_, RTLD_DI_LMID, &lmid_) != 0) {
     *why = "dlinfo: " + dl_error();
     return false;
   }
@@ -130,7 +129,7 @@ bool Namespace::load(const std::string& path, std::string* why) {
   }
   sync_environ();
 
-  handle_ = dlmopen(lmid, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  handle_ = dlmopen(lmid_, path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) {
     *why = dl_error();
     return false;
@@ -162,6 +161,15 @@ bool Namespace::resolve(std::string* why) {
     return false;
   }
   return true;
+}
+
+void* Namespace::load_library(const std::string& path, std::string* why) {
+  // Constructors of the new library run in the namespace: they see our
+  // environment as it is now, like every forwarded call.
+  Call scope(*this);
+  void* handle = dlmopen(lmid_, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) *why = dl_error();
+  return handle;
 }
 
 void Namespace::unload() noexcept {

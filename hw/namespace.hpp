@@ -9,6 +9,8 @@
 // is forwarded).
 #pragma once
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cerrno>
 #include <deque>
@@ -33,6 +35,12 @@ class Namespace {
 
   const RealFunctions& fn() const noexcept { return fn_; }
   const std::string& path() const noexcept { return path_; }
+  Lmid_t lmid() const noexcept { return lmid_; }
+
+  // Loads another library of the real rdma-core into this namespace (librdmacm):
+  // its libibverbs.so.1 dependency is then the real library loaded here, found
+  // by soname. NULL with *why set on failure. The handle is never closed.
+  void* load_library(const std::string& path, std::string* why);
 
   // Brackets one call into the namespace: the namespace sees our current
   // environment and our errno on entry, and we see its errno on return. This is
@@ -68,6 +76,7 @@ class Namespace {
   std::string path_;
   void* libc_ = nullptr;    // the namespace's libc.so.6
   void* handle_ = nullptr;  // the real libibverbs.so.1
+  Lmid_t lmid_ = LM_ID_BASE;
   int* (*errno_location_)() = nullptr;
   char*** environ_ = nullptr;  // the namespace libc's environ variable
   RealFunctions fn_;

@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 namespace hwtest {
@@ -38,5 +41,29 @@ inline std::string env(const char* name) {
     if (::hwtest::env(name) != (value))                                                        \
       GTEST_SKIP() << "needs " << (name) << "=" << (value) << " (run it through ctest -L hw)"; \
   } while (0)
+
+// name -> version node, from a version script's "NODE {" ... "name;" blocks
+// (abi/verbs/libibverbs.map, abi/rdmacm/librdmacm.map).
+inline std::map<std::string, std::string> read_version_script(const char* path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  std::string line, node;
+  auto is_ident = [](const std::string& w) {
+    return !w.empty() &&
+           w.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.") == std::string::npos;
+  };
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string first, second;
+    words >> first >> second;
+    if (second == "{" && is_ident(first)) {
+      node = first;  // "IBVERBS_1.1 {"
+    } else if (!node.empty() && first.size() > 1 && first.back() == ';' && second.empty()) {
+      first.pop_back();  // "ibv_alloc_pd;" (but not "local: *;" or "} IBVERBS_1.0;")
+      if (is_ident(first)) out[first] = node;
+    }
+  }
+  return out;
+}
 
 }  // namespace hwtest
