@@ -64,7 +64,6 @@ class Provider {
   virtual int query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
                              ibv_gid_type_sysfs* type) = 0;
   virtual int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) = 0;
-  virtual int get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) = 0;
 
   // ---- async events and completion channels --------------------------------
   virtual int get_async_event(ibv_context* context, ibv_async_event* event) = 0;

@@ -186,14 +186,6 @@ int EmuProvider::query_pkey(ibv_context* context, uint8_t port_num, int index, _
   return 0;
 }
 
-int EmuProvider::get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
-  for (int i = 0;; ++i) {
-    __be16 p;
-    if (query_pkey(context, port_num, i, &p) < 0) return -1;
-    if (p == pkey) return i;
-  }
-}
-
 // ---- async events and completion channels --------------------------------
 
 int EmuProvider::get_async_event(ibv_context* context, ibv_async_event* event) {

@@ -198,14 +198,6 @@ int HwProvider::query_pkey(ibv_context* context, uint8_t port_num, int index, __
   return live().call(real().query_pkey, context, port_num, index, pkey);
 }
 
-int HwProvider::get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
-  if (!real().get_pkey_index) {
-    errno = EOPNOTSUPP;
-    return -1;
-  }
-  return live().call(real().get_pkey_index, context, port_num, pkey);
-}
-
 // ---- async events and completion channels --------------------------------
 // The channel and async fds are the real library's, so poll/epoll on them and
 // blocking reads from other threads behave as with rdma-core.

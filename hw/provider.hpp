@@ -36,7 +36,6 @@ class HwProvider final : public Provider {
                           size_t entry_size) override;
   int query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) override;
   int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) override;
-  int get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) override;
   int get_async_event(ibv_context* context, ibv_async_event* event) override;
   void ack_async_event(ibv_async_event* event) override;
   ibv_comp_channel* create_comp_channel(ibv_context* context) override;

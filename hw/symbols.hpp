@@ -35,7 +35,6 @@
   X(query_gid_type, "ibv_query_gid_type", "IBVERBS_PRIVATE_34", false,                                                 \
     int(ibv_context*, uint8_t, unsigned int, ibv_gid_type_sysfs*))                                                     \
   X(query_pkey, "ibv_query_pkey", "IBVERBS_1.1", true, int(ibv_context*, uint8_t, int, __be16*))                       \
-  X(get_pkey_index, "ibv_get_pkey_index", "IBVERBS_1.5", false, int(ibv_context*, uint8_t, __be16))                    \
   X(get_async_event, "ibv_get_async_event", "IBVERBS_1.1", true, int(ibv_context*, ibv_async_event*))                  \
   X(ack_async_event, "ibv_ack_async_event", "IBVERBS_1.1", true, void(ibv_async_event*))                               \
   X(create_comp_channel, "ibv_create_comp_channel", "IBVERBS_1.0", true, ibv_comp_channel*(ibv_context*))              \
