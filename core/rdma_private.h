@@ -16,6 +16,10 @@ enum ibv_gid_type_sysfs {
   IBV_GID_TYPE_SYSFS_ROCE_V2,
 };
 
+/* driver.h: exported in IBVERBS_PRIVATE_34 (pyverbs calls it). */
+int ibv_query_gid_type(struct ibv_context* context, uint8_t port_num, unsigned int index,
+                       enum ibv_gid_type_sysfs* type);
+
 struct verbs_device_ops;
 struct verbs_sysfs_dev;
 

@@ -97,8 +97,6 @@ ibv_context* EmuProvider::open_device(ibv_device* device) {
   return ctx.release()->ibv();
 }
 
-ibv_context* EmuProvider::import_device(int) { return fail<ibv_context>(EOPNOTSUPP); }
-
 int EmuProvider::close_device(ibv_context* context) {
   Context* ctx = Context::from(context);
   // The kernel tears down whatever the application left; the emulator keeps such
@@ -160,21 +158,6 @@ int EmuProvider::query_gid(ibv_context* context, uint8_t port_num, int index, ib
   return 0;
 }
 
-int EmuProvider::query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) {
-  ibv_gid_entry entry{};
-  int ret = query_gid_ex(context, port_num, index, &entry, 0, sizeof entry);
-  if (ret == ENODATA) {
-    *type = IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
-    return 0;
-  }
-  if (ret) {
-    errno = ret;
-    return -1;
-  }
-  *type = entry.gid_type == IBV_GID_TYPE_ROCE_V2 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
-  return 0;
-}
-
 int EmuProvider::query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
   Device& dev = Context::from(context)->device();
   if (!port_ok(port_num) || index < 0 || index >= dev.pkey_tbl_len()) {
@@ -184,14 +167,6 @@ int EmuProvider::query_pkey(ibv_context* context, uint8_t port_num, int index, _
   // The default full-membership P_Key at index 0; the rest of the table is empty.
   *pkey = index == 0 ? htons(caps::kDefaultPkey) : 0;
   return 0;
-}
-
-int EmuProvider::get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
-  for (int i = 0;; ++i) {
-    __be16 p;
-    if (query_pkey(context, port_num, i, &p) < 0) return -1;
-    if (p == pkey) return i;
-  }
 }
 
 // ---- async events and completion channels --------------------------------
@@ -288,9 +263,6 @@ int EmuProvider::dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
-ibv_pd* EmuProvider::import_pd(ibv_context*, uint32_t) { return fail<ibv_pd>(EOPNOTSUPP); }
-void EmuProvider::unimport_pd(ibv_pd*) {}
-
 ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
   if (failed(pd->context)) return fail<ibv_mr>(EIO);
   // IBV_ACCESS_OPTIONAL_RANGE bits are hints the device may ignore.
@@ -311,8 +283,6 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   p->users.get();
   return mr.release()->ibv();
 }
-
-ibv_mr* EmuProvider::reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail<ibv_mr>(EOPNOTSUPP); }
 
 int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   // rdma-core's own argument checks: each gives IBV_REREG_MR_ERR_INPUT, EINVAL.
@@ -364,11 +334,6 @@ int EmuProvider::dereg_mr(ibv_mr* mr) {
   pd->users.put();
   return 0;
 }
-
-ibv_mr* EmuProvider::import_mr(ibv_pd*, uint32_t) { return fail<ibv_mr>(EOPNOTSUPP); }
-void EmuProvider::unimport_mr(ibv_mr*) {}
-ibv_dm* EmuProvider::import_dm(ibv_context*, uint32_t) { return fail<ibv_dm>(EOPNOTSUPP); }
-void EmuProvider::unimport_dm(ibv_dm*) {}
 
 // ---- completion queues ---------------------------------------------------
 
@@ -500,13 +465,8 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
-ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp*) {
-  // The extended post-send API (ibv_wr_*) is not offered: QPs are created without
-  // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, for which rdma-core also returns NULL.
-  return nullptr;
-}
-
-// Enhanced connection establishment is a vendor extension the device does not have.
+// Enhanced connection establishment is a vendor extension the device does not
+// have (why errno is set too: emu/provider.hpp).
 int EmuProvider::query_ece(ibv_qp*, ibv_ece*) {
   errno = EOPNOTSUPP;
   return EOPNOTSUPP;
@@ -514,12 +474,6 @@ int EmuProvider::query_ece(ibv_qp*, ibv_ece*) {
 int EmuProvider::set_ece(ibv_qp*, ibv_ece*) {
   errno = EOPNOTSUPP;
   return EOPNOTSUPP;
-}
-
-int EmuProvider::query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
-  // Data is placed in order within a message; rdma-core returns 0 ("not
-  // guaranteed") from providers that do not implement the query.
-  return 0;
 }
 
 int EmuProvider::attach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {

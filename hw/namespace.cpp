@@ -140,15 +140,19 @@ bool Namespace::load(const std::string& path, std::string* why) {
 bool Namespace::resolve(std::string* why) {
   // dlvsym with the default version: the symbol a program linked against rdma-core
   // 44 binds to. A library lacking a required one is not rdma-core's libibverbs.
-#define SV_HW_RESOLVE(member, name, version, required, ...)                                       \
-  fn_.member = reinterpret_cast<std::add_pointer_t<__VA_ARGS__>>(dlvsym(handle_, name, version)); \
-  if (!fn_.member && (required)) {                                                                \
-    *why = "no " name "@" version " in it (not rdma-core's libibverbs.so.1)";                     \
-    return false;                                                                                 \
-  }                                                                                               \
-  if (!fn_.member) SV_LOG(kDebug, "hw: %s has no %s@%s; that verb fails with EOPNOTSUPP", path_.c_str(), name, version);
-  SV_HW_FORWARDED(SV_HW_RESOLVE)
-#undef SV_HW_RESOLVE
+  bool complete = true;
+  for_each_symbol(fn_, [&](const ForwardedSymbol& sym, auto& slot) {
+    if (!complete) return;
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlvsym(handle_, sym.name, sym.version));
+    if (slot) return;
+    if (sym.required) {
+      *why = std::string("no ") + sym.name + "@" + sym.version + " in it (not rdma-core's libibverbs.so.1)";
+      complete = false;
+      return;
+    }
+    SV_LOG(kDebug, "hw: %s has no %s@%s; that verb fails with EOPNOTSUPP", path_.c_str(), sym.name, sym.version);
+  });
+  if (!complete) return false;
 
   // The symbol must come from the file we were pointed at, not from something it
   // pulled in (a library whose dependencies define the verbs is not "the" library).

@@ -1,82 +1,37 @@
 // The hw provider: the machine's real RDMA devices, through rdma-core's own
 // libibverbs loaded into a private link namespace (hw/namespace.hpp).
 //
-// Every method forwards to the real exported function of the same name and
-// convention, so the application gets rdma-core's behaviour, objects and error
-// codes unchanged. The objects it returns are the real ones: the inline data
-// path (ibv_post_send, ibv_poll_cq, the ibv_wr_* and ibv_cq_ex readers) jumps
+// Every verb forwards to the real exported function of the same name and
+// convention (Forwarder, hw/forward.hpp, generated from core/verbs.def), so the
+// application gets rdma-core's behaviour, objects and error codes unchanged.
+// The objects it returns are the real ones: the inline data path
+// (ibv_post_send, ibv_poll_cq, the ibv_wr_* and ibv_cq_ex readers) jumps
 // straight into the real provider library with no softverbs code in between.
+// The verbs below need more than the call: the device list, the fault layer's
+// hooks on contexts and async events, and fallbacks for older libraries.
 #pragma once
 
 #include <mutex>
 #include <vector>
 
-#include "core/provider.hpp"
+#include "hw/forward.hpp"
 
 namespace softverbs::hw {
 
-class HwProvider final : public Provider {
+class HwProvider final : public Forwarder {
  public:
   static HwProvider& instance();
   const char* name() const noexcept override { return "hw"; }
 
   std::vector<ibv_device*> get_devices() override;
   void release_devices(const std::vector<ibv_device*>& devices) override;
-  __be64 get_device_guid(ibv_device* device) override;
-  int get_device_index(ibv_device* device) override;
   ibv_context* open_device(ibv_device* device) override;
   ibv_context* import_device(int cmd_fd) override;
   int close_device(ibv_context* context) override;
-  int query_device(ibv_context* context, ibv_device_attr* attr) override;
   int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) override;
-  int query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) override;
-  int query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry, uint32_t flags,
-                   size_t entry_size) override;
-  ssize_t query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries, uint32_t flags,
-                          size_t entry_size) override;
-  int query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) override;
-  int query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) override;
-  int get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) override;
   int get_async_event(ibv_context* context, ibv_async_event* event) override;
   void ack_async_event(ibv_async_event* event) override;
-  ibv_comp_channel* create_comp_channel(ibv_context* context) override;
-  int destroy_comp_channel(ibv_comp_channel* channel) override;
-  int get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) override;
-  void ack_cq_events(ibv_cq* cq, unsigned int nevents) override;
-  ibv_pd* alloc_pd(ibv_context* context) override;
-  int dealloc_pd(ibv_pd* pd) override;
-  ibv_pd* import_pd(ibv_context* context, uint32_t pd_handle) override;
-  void unimport_pd(ibv_pd* pd) override;
   ibv_mr* reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) override;
-  ibv_mr* reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) override;
-  int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) override;
-  int dereg_mr(ibv_mr* mr) override;
-  ibv_mr* import_mr(ibv_pd* pd, uint32_t mr_handle) override;
-  void unimport_mr(ibv_mr* mr) override;
-  ibv_dm* import_dm(ibv_context* context, uint32_t dm_handle) override;
-  void unimport_dm(ibv_dm* dm) override;
-  ibv_cq* create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
-                    int comp_vector) override;
-  int resize_cq(ibv_cq* cq, int cqe) override;
-  int destroy_cq(ibv_cq* cq) override;
-  ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) override;
-  int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) override;
-  int query_srq(ibv_srq* srq, ibv_srq_attr* attr) override;
-  int destroy_srq(ibv_srq* srq) override;
-  ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) override;
-  int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
-  int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) override;
-  int destroy_qp(ibv_qp* qp) override;
-  ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp) override;
-  int query_ece(ibv_qp* qp, ibv_ece* ece) override;
-  int set_ece(ibv_qp* qp, ibv_ece* ece) override;
-  int query_qp_data_in_order(ibv_qp* qp, ibv_wr_opcode op, uint32_t flags) override;
-  int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) override;
-  int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) override;
-  ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) override;
-  int destroy_ah(ibv_ah* ah) override;
-  int init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh, ibv_ah_attr* ah_attr) override;
-  int resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6], uint16_t* vid) override;
   int fork_init() override;
 
  private:

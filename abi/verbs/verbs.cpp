@@ -194,9 +194,17 @@ SV_EXPORT int ibv_query_pkey(struct ibv_context* context, uint8_t port_num, int 
   return guarded(-1, [&] { return p->query_pkey(context, port_num, index, pkey); });
 }
 
+// Derived here, not by a provider, exactly as rdma-core 44's libibverbs/verbs.c
+// does: the first index whose P_Key matches, or ibv_query_pkey's failure (-1 with
+// errno) at the end of the table. Each step is one exported ibv_query_pkey, so
+// the hw backend's real library answers it as its own ibv_get_pkey_index would.
 SV_EXPORT int ibv_get_pkey_index(struct ibv_context* context, uint8_t port_num, __be16 pkey) {
-  SV_OWNER_OR(context, -1);
-  return guarded(-1, [&] { return p->get_pkey_index(context, port_num, pkey); });
+  for (int i = 0;; ++i) {
+    __be16 pkey_i;
+    int ret = ibv_query_pkey(context, port_num, i, &pkey_i);
+    if (ret < 0) return ret;
+    if (pkey == pkey_i) return i;
+  }
 }
 
 // ---- async events and completion channels --------------------------------
