@@ -1,14 +1,13 @@
+// The fault engine: rule matching, per-rule random streams, timed rules, the
+// decision log (faults/engine.hpp).
 #include "faults/engine.hpp"
 
 #include <cerrno>
-#include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <tuple>
 
-#include "core/log.hpp"
-#include "core/env.hpp"
 #include "faults/scenario.hpp"
 #include "wire/psn.hpp"
 
@@ -46,19 +45,10 @@ bool class_matches(PacketClass c, const PacketView& p) {
 
 }  // namespace
 
-FaultEngine& FaultEngine::instance() {
-  static FaultEngine* engine = [] {
-    auto* e = new FaultEngine;  // lives until exit
-    if (const char* seed = env::fault_seed(); seed && *seed)
-      e->set_seed(std::strtoull(seed, nullptr, 0));
-    if (const char* log = env::fault_log(); log && *log) e->set_log(log);
-    if (const char* path = env::faults(); path && *path) {
-      std::string error;
-      if (!e->load_file(path, &error)) SV_LOG(kError, "SOFTVERBS_FAULTS=%s: %s; no faults", path, error.c_str());
-    }
-    return e;
-  }();
-  return *engine;
+FaultEngine::FaultEngine(const Clock& clock, Scheduler& scheduler) : clock_(clock), scheduler_(scheduler) {}
+
+FaultEngine::~FaultEngine() {
+  if (log_) std::fclose(log_);
 }
 
 bool FaultEngine::load_file(const std::string& path, std::string* error) {
@@ -82,22 +72,19 @@ bool FaultEngine::load(std::string_view text, std::string* error) {
   if (!parse_scenario(text, base, &scenario, error)) return false;
   const std::optional<uint64_t> seed = scenario.seed;
   std::vector<FaultRule>& rules = scenario.rules;
-  std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
-  TimedScheduler scheduler;
+  std::vector<Pending> timed;
   const bool was_active = verbs_active();
   {
     std::lock_guard lock(mu_);
     if (seed) seed_ = *seed;
     for (FaultRule& r : rules) {
-      if (r.target == RuleTarget::timed) timed.emplace_back(rules_.size(), generation_, r.at_ms);
+      if (r.target == RuleTarget::timed && !actors_.empty()) timed.push_back({rules_.size(), generation_, r.at_ms});
       rules_.push_back(State{std::move(r), 0, 0, {}});
     }
     reseed_locked();
     update_flags_locked();
-    scheduler = scheduler_;
   }
-  if (scheduler)
-    for (auto [index, gen, at] : timed) scheduler(index, gen, at);
+  schedule(timed);
   notify_verbs_listeners(was_active);
   return true;
 }
@@ -139,17 +126,35 @@ void FaultEngine::update_flags_locked() {
   verbs_active_.store(verbs, std::memory_order_relaxed);
 }
 
-void FaultEngine::set_timed_scheduler(TimedScheduler scheduler) {
-  std::vector<std::tuple<size_t, uint64_t, uint32_t>> timed;
+void FaultEngine::add_actor(FaultActor actor) {
+  std::vector<Pending> timed;
   {
     std::lock_guard lock(mu_);
-    scheduler_ = scheduler;
-    for (size_t i = 0; i < rules_.size(); ++i)
-      if (rules_[i].rule.target == RuleTarget::timed && rules_[i].fired == 0)
-        timed.emplace_back(i, generation_, rules_[i].rule.at_ms);
+    if (actors_.empty()) {
+      for (size_t i = 0; i < rules_.size(); ++i)
+        if (rules_[i].rule.target == RuleTarget::timed && rules_[i].fired == 0)
+          timed.push_back({i, generation_, rules_[i].rule.at_ms});
+    }
+    actors_.push_back(std::move(actor));
   }
-  if (scheduler)
-    for (auto [index, gen, at] : timed) scheduler(index, gen, at);
+  schedule(timed);
+}
+
+void FaultEngine::schedule(const std::vector<Pending>& timed) {
+  // Each rule gets its own task; the generation it carries makes it lapse if
+  // clear() runs before its moment.
+  for (const Pending& p : timed) {
+    scheduler_.at(clock_.now() + std::chrono::milliseconds(p.at_ms), [this, p] {
+      const FaultDecision d = fire_timed(p.index, p.generation);
+      if (!d.fired) return;
+      std::vector<FaultActor> actors;
+      {
+        std::lock_guard lock(mu_);
+        actors = actors_;
+      }
+      for (const FaultActor& a : actors) a(d);
+    });
+  }
 }
 
 void FaultEngine::set_seed(uint64_t seed) {
@@ -315,5 +320,3 @@ size_t FaultEngine::rule_count() {
 }
 
 }  // namespace softverbs::faults
-
-softverbs::FaultControl& softverbs::fault_control() { return faults::FaultEngine::instance(); }

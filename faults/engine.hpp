@@ -4,6 +4,12 @@
 // the scenario seed and the rule's position, so the same seed and the same
 // traffic give the same decisions, and adding a rule does not change the
 // decisions of the others. It only decides; the backends carry decisions out.
+//
+// The engine is built with the clock and scheduler it runs on (core/clock.hpp):
+// timed rules are scheduled on it, so a test or a simulated fabric drives them
+// with its own time. The process's engine is assembled in faults/process.cpp;
+// backends see it only through PacketFilter, VerbFilter (faults/filter.hpp) and
+// FaultControl (core/fault_control.hpp).
 #pragma once
 
 #include <atomic>
@@ -16,21 +22,26 @@
 #include <string_view>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "core/fault_control.hpp"
 #include "faults/filter.hpp"
 #include "faults/rule.hpp"
 
 namespace softverbs::faults {
 
-// Runs timed rules: the emulated devices register one, which schedules a call of
-// FaultEngine::fire_timed(index, generation) at_ms after it is handed the rule.
-using TimedScheduler = std::function<void(size_t index, uint64_t generation, uint32_t at_ms)>;
+// Carries out a decision the engine takes on its own (a timed rule's): the
+// emulated devices register one that takes ports and devices down, fails QPs and
+// raises events. Called on the scheduler's thread, outside the engine's lock.
+using FaultActor = std::function<void(const FaultDecision&)>;
 
 class FaultEngine final : public FaultControl, public PacketFilter, public VerbFilter {
  public:
-  // The process-wide engine, loaded on first use from SOFTVERBS_FAULTS (a scenario
-  // file) and SOFTVERBS_FAULT_SEED; empty when neither is set.
-  static FaultEngine& instance();
+  // No rules, seed 1, no log. The clock and the scheduler must outlive the
+  // engine, and the engine the tasks it gave the scheduler.
+  FaultEngine(const Clock& clock, Scheduler& scheduler);
+  ~FaultEngine() override;
+  FaultEngine(const FaultEngine&) = delete;
+  FaultEngine& operator=(const FaultEngine&) = delete;
 
   // Parses a scenario in TOML (docs/faults.md) and adds its rules. A `seed` key
   // replaces the seed. Returns false and fills *error on a malformed scenario, in
@@ -47,12 +58,11 @@ class FaultEngine final : public FaultControl, public PacketFilter, public VerbF
   bool verbs_active() const override { return verbs_active_.load(std::memory_order_relaxed); }
   FaultDecision decide(const PacketFacts& facts) override;
   FaultDecision decide(const VerbFacts& facts) override;
-  // A timed rule's moment has come: its decision, unless the rules were cleared
-  // since it was scheduled.
-  FaultDecision fire_timed(size_t index, uint64_t generation);
-  // Timed rules already loaded are handed over at once; later ones as they load.
-  void set_timed_scheduler(TimedScheduler scheduler);
   void add_verbs_listener(std::function<void(bool active)> listener) override;
+  // Registers an actor for timed rules. Timed rules wait for the first actor (with
+  // none, nothing would carry them out): those already loaded are scheduled then,
+  // at_ms from that moment; later ones at_ms from their load.
+  void add_actor(FaultActor actor);
 
   // How many times the named rule fired (0 if there is none).
   uint64_t hits(std::string_view rule_name) override;
@@ -65,18 +75,31 @@ class FaultEngine final : public FaultControl, public PacketFilter, public VerbF
     uint64_t fired = 0;
     std::mt19937_64 rng;
   };
+  // A timed rule waiting for its moment: its position and the generation it was
+  // loaded in.
+  struct Pending {
+    size_t index;
+    uint64_t generation;
+    uint32_t at_ms;
+  };
   void reseed_locked();
   void update_flags_locked();
   bool fire_locked(State& s);
   void log_locked(const State& s, const char* what);
+  void schedule(const std::vector<Pending>& timed);
+  // A timed rule's moment has come: its decision, unless the rules were cleared
+  // since it was scheduled (or it already fired).
+  FaultDecision fire_timed(size_t index, uint64_t generation);
+  void notify_verbs_listeners(bool was_active);
 
+  const Clock& clock_;
+  Scheduler& scheduler_;
   std::mutex mu_;
   std::atomic<bool> active_{false};
   std::atomic<bool> verbs_active_{false};
   uint64_t generation_ = 0;  // bumped by clear(): pending timed rules lapse
-  TimedScheduler scheduler_;
+  std::vector<FaultActor> actors_;
   std::vector<std::function<void(bool)>> verbs_listeners_;
-  void notify_verbs_listeners(bool was_active);
   uint64_t seed_ = 1;
   std::vector<State> rules_;
   std::FILE* log_ = nullptr;

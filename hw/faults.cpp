@@ -1,3 +1,6 @@
+// The verb-level fault rules on the hw backend (docs/hardware.md): hooks on the
+// data path of patched contexts consult the fault engine's VerbFilter, and
+// injected async events stand in for those the real device would raise.
 #include "hw/faults.hpp"
 
 #include <algorithm>
@@ -10,18 +13,33 @@
 #include <vector>
 
 #include "hw/context.hpp"
+#include "core/clock.hpp"
 #include "core/events.hpp"
 #include "core/log.hpp"
-#include "faults/engine.hpp"
+#include "faults/filter.hpp"
+#include "faults/process.hpp"
 
 namespace softverbs::hw {
 namespace {
 
 using faults::FaultAction;
 using faults::FaultDecision;
-using faults::FaultEngine;
 using faults::VerbFacts;
+using faults::VerbFilter;
 using faults::VerbPoint;
+
+// What the hooks depend on: the verb rules and the clock that times delayed
+// completions. The data path hooks are plain function pointers, so they reach
+// these through here; assembled once, for the process, from its fault engine
+// and the real clock.
+struct HookDeps {
+  VerbFilter& verbs;
+  const Clock& clock;
+};
+const HookDeps& deps() {
+  static const HookDeps d{faults::process_engine(), real_clock()};
+  return d;
+}
 
 std::mutex g_mu;
 // Injected events per context, and those handed out but not yet acknowledged.
@@ -35,7 +53,7 @@ std::vector<ibv_async_event>& handed_out() {
 }
 // Completions a delay rule holds back, per CQ.
 struct Held {
-  std::chrono::steady_clock::time_point due;
+  Clock::time_point due;
   ibv_wc wc;
 };
 std::unordered_map<ibv_cq*, std::deque<Held>>& held() {
@@ -95,7 +113,7 @@ void apply(const FaultDecision& d, ibv_qp* qp, ibv_context* ctx) {
 template <class Wr>
 int hooked_post(VerbPoint verb, int (*real)(ibv_qp*, Wr*, Wr**), ibv_qp* qp, Wr* wr, Wr** bad_wr) {
   if (!real) return EINVAL;
-  FaultEngine& faults = FaultEngine::instance();
+  VerbFilter& faults = deps().verbs;
   if (faults.verbs_active()) {
     Wr* prev = nullptr;
     for (Wr* w = wr; w; prev = w, w = w->next) {
@@ -133,7 +151,7 @@ int take_due(ibv_cq* cq, int n, ibv_wc* wc) {
   std::lock_guard lock(g_mu);
   auto it = held().find(cq);
   if (it == held().end()) return 0;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = deps().clock.now();
   int out = 0;
   auto& q = it->second;
   while (out < n && !q.empty() && q.front().due <= now) {
@@ -152,7 +170,7 @@ int hooked_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   if (out == n) return out;
   int got = real(cq, n - out, wc + out);
   if (got < 0) return out ? out : got;
-  FaultEngine& faults = FaultEngine::instance();
+  VerbFilter& faults = deps().verbs;
   if (!faults.verbs_active()) return out + got;
   // Apply the completion rules to what the device returned, compacting in place.
   int kept = out;
@@ -164,7 +182,7 @@ int hooked_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
       if (d.action == FaultAction::drop) continue;
       if (d.action == FaultAction::delay) {
         std::lock_guard lock(g_mu);
-        held()[cq].push_back({std::chrono::steady_clock::now() + std::chrono::microseconds(d.delay_us), c});
+        held()[cq].push_back({deps().clock.now() + std::chrono::microseconds(d.delay_us), c});
         continue;
       }
       if (d.action == FaultAction::status) {
@@ -185,7 +203,7 @@ const DataPathOps kHooks{hooked_post_send, hooked_post_recv, hooked_poll_cq};
 void start_fault_hooks() {
   static std::once_flag once;
   std::call_once(once, [] {
-    FaultEngine& faults = FaultEngine::instance();
+    VerbFilter& faults = deps().verbs;
     faults.add_verbs_listener([](bool active) { set_data_path_hooks(active ? &kHooks : nullptr); });
     if (faults.verbs_active()) set_data_path_hooks(&kHooks);
   });
@@ -216,7 +234,7 @@ bool ack_injected_event(const ibv_async_event* event) {
 }
 
 bool drop_device_event(ibv_context* ctx, const ibv_async_event& event) {
-  FaultEngine& faults = FaultEngine::instance();
+  VerbFilter& faults = deps().verbs;
   if (!faults.verbs_active()) return false;
   std::optional<uint32_t> qpn;
   if (event_element(event.event_type) == EventElement::qp) qpn = event.element.qp->qp_num;

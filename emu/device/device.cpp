@@ -15,6 +15,7 @@
 #include "emu/device/fault_actions.hpp"
 #include "emu/objects/objects.hpp"
 #include "core/log.hpp"
+#include "faults/process.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -71,8 +72,9 @@ std::string guid_str(uint64_t g) {
 
 }  // namespace
 
-Device::Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd)
-    : config_(config), index_(index), addr_(addr), udp_fd_(udp_fd) {
+Device::Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd, faults::PacketFilter& packets,
+               faults::VerbFilter& verbs)
+    : config_(config), index_(index), addr_(addr), udp_fd_(udp_fd), packet_filter_(packets), verb_filter_(verbs) {
   handle_.owner = this;
   ibv_device& d = handle_.pub.device;
   d.node_type = IBV_NODE_CA;
@@ -355,6 +357,9 @@ ibv_mtu mtu_for_interface_of(in_addr addr, ibv_mtu wanted, const std::string& na
 const std::vector<Device*>& DeviceRegistry::devices() {
   std::call_once(once_, [this] {
     if (log_enabled(LogLevel::kInfo)) std::atexit(log_counters_at_exit);
+    // The devices consult the process's fault engine and carry out its timed
+    // rules (docs/faults.md).
+    faults::FaultEngine& engine = faults::process_engine();
     auto config = config_from_env(&error_);
     if (!config) {
       SV_LOG(kError, "%s; no emulated devices", error_.c_str());
@@ -411,10 +416,10 @@ const std::vector<Device*>& DeviceRegistry::devices() {
              dc.link_layer == LinkLayer::kEthernet ? "RoCEv2" : "InfiniBand link layer");
       DeviceConfig fitted = dc;
       fitted.active_mtu = mtu_for_interface_of(addr, dc.active_mtu, dc.name);
-      owned_.push_back(std::make_unique<Device>(fitted, index++, addr, fd));
+      owned_.push_back(std::make_unique<Device>(fitted, index++, addr, fd, engine, engine));
       devices_.push_back(owned_.back().get());
     }
-    if (!devices_.empty()) install_timed_faults();
+    if (!devices_.empty()) engine.add_actor([this](const faults::FaultDecision& d) { apply_timed_fault(devices_, d); });
   });
   return devices_;
 }

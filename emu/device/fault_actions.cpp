@@ -1,13 +1,10 @@
 // The emulated devices' side of the verb-level and timed fault rules
-// (transport/faults.hpp decides, this carries the decisions out): failing posts,
+// (the fault engine decides, this carries the decisions out): failing posts,
 // QPs moved to the error state, ports taken down and up, async events raised,
 // devices failing.
 #include "emu/device/fault_actions.hpp"
 
-#include <boost/asio/steady_timer.hpp>
-
 #include "emu/objects/objects.hpp"
-#include "emu/device/progress.hpp"
 #include "core/events.hpp"
 #include "core/log.hpp"
 
@@ -76,7 +73,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
     case FaultAction::port_down:
       dev.set_port_active(false);
       if (d.duration_ms) {
-        Progress::instance().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
+        progress_scheduler().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
           if (!dev.fatal()) dev.set_port_active(true);
         });
       }
@@ -103,12 +100,12 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
 void apply_fault_later(Device& dev, const FaultDecision& d) {
   // Devices live for the whole process; QPs are named by number and looked up
   // again when the action runs.
-  Progress::instance().post([&dev, d] { apply_fault_by_qpn(dev, d); });
+  progress_scheduler().post([&dev, d] { apply_fault_by_qpn(dev, d); });
 }
 
 int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode) {
-  faults::FaultEngine& engine = faults::FaultEngine::instance();
-  FaultDecision d = engine.decide(faults::VerbFacts{verb, qp.device().name(), qp.qpn(), opcode, std::nullopt});
+  FaultDecision d =
+      qp.device().verb_filter().decide(faults::VerbFacts{verb, qp.device().name(), qp.qpn(), opcode, std::nullopt});
   if (!d.fired) return 0;
   if (d.action == FaultAction::fail) {
     qp.device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
@@ -118,15 +115,9 @@ int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode) {
   return 0;
 }
 
-void install_timed_faults() {
-  faults::FaultEngine::instance().set_timed_scheduler([](size_t index, uint64_t generation, uint32_t at_ms) {
-    Progress::instance().after(std::chrono::milliseconds(at_ms), [index, generation] {
-      FaultDecision d = faults::FaultEngine::instance().fire_timed(index, generation);
-      if (!d.fired) return;
-      for (Device* dev : DeviceRegistry::instance().devices())
-        if (d.device.empty() || d.device == dev->name()) apply_fault_by_qpn(*dev, d);
-    });
-  });
+void apply_timed_fault(const std::vector<Device*>& devices, const FaultDecision& d) {
+  for (Device* dev : devices)
+    if (d.device.empty() || d.device == dev->name()) apply_fault_by_qpn(*dev, d);
 }
 
 // ---------------------------------------------------------------------------

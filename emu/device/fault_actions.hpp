@@ -1,15 +1,21 @@
 // Carrying out the fault layer's verb-level and timed decisions on emulated
-// devices (emu/fault_actions.cpp).
+// devices (emu/device/fault_actions.cpp).
 #pragma once
 
 #include <optional>
+#include <vector>
 
-#include "faults/engine.hpp"
+#include "core/clock.hpp"
+#include "faults/rule.hpp"
 
 namespace softverbs::emu {
 
 class Device;
 class Qp;
+
+// The progress thread as a Scheduler on the real clock
+// (emu/device/progress_scheduler.cpp).
+Scheduler& progress_scheduler();
 
 // Carries out a side-effect action (qp_error, port_down, port_up, event,
 // device_fatal). `qp` is the QP the rule matched, if any. Must not be called with
@@ -21,7 +27,8 @@ void apply_fault_later(Device& dev, const faults::FaultDecision& d);
 // fail with, or 0 (side-effect actions are carried out here). Called without the
 // QP's lock.
 int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode);
-// Lets the fault layer run timed rules on the progress thread.
-void install_timed_faults();
+// Carries out a timed rule's decision on the devices it names (all of them when
+// it names none). The fault engine calls it on the progress thread.
+void apply_timed_fault(const std::vector<Device*>& devices, const faults::FaultDecision& d);
 
 }  // namespace softverbs::emu

@@ -10,7 +10,7 @@
 #include "emu/objects/objects.hpp"
 #include "emu/device/progress.hpp"
 #include "core/log.hpp"
-#include "faults/engine.hpp"
+#include "faults/filter.hpp"
 #include "wire/pcap.hpp"
 
 namespace softverbs::emu {
@@ -79,7 +79,7 @@ void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
     counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  faults::FaultEngine& engine = faults::FaultEngine::instance();
+  faults::PacketFilter& engine = packet_filter_;
   if (engine.active()) {
     wire::PacketView view;
     if (wire::parse(packet, view) == wire::ParseError::ok) {
@@ -253,7 +253,7 @@ void Device::handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t>
            static_cast<int>(wire::to_string(err).size()), wire::to_string(err).data());
     return;
   }
-  faults::FaultEngine& engine = faults::FaultEngine::instance();
+  faults::PacketFilter& engine = packet_filter_;
   if (apply_faults && engine.active()) {
     faults::FaultDecision d = engine.decide({faults::Direction::rx, name(), &pkt});
     if (d.fired) {

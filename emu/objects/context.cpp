@@ -56,7 +56,7 @@ Context::~Context() {
 
 void Context::post_async_event(const ibv_async_event& event) {
   faults::FaultDecision d;
-  faults::FaultEngine& engine = faults::FaultEngine::instance();
+  faults::VerbFilter& engine = device_.verb_filter();
   if (engine.verbs_active()) {
     // Async event rules (docs/faults.md): the event can be lost, or set off a
     // port or device change after it; those run from the progress thread, since

@@ -28,6 +28,7 @@
 #include "emu/objects/handle.hpp"
 #include "emu/qp/wq.hpp"
 #include "core/rdma_private.h"
+#include "faults/filter.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
 
@@ -50,7 +51,10 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out);
 
 class Device {
  public:
-  Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd);
+  // `packets` and `verbs` are the fault rules this device's packets and verbs
+  // pass (docs/faults.md); they outlive the device.
+  Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd, faults::PacketFilter& packets,
+         faults::VerbFilter& verbs);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -122,6 +126,10 @@ class Device {
   // The address a LID maps to: the device's own /16 with the LID as low bits.
   in_addr addr_of_lid(uint16_t lid) const;
 
+  // ---- the fault layer ------------------------------------------------------
+  faults::PacketFilter& packet_filter() { return packet_filter_; }
+  faults::VerbFilter& verb_filter() { return verb_filter_; }
+
   // ---- port and device state (the fault layer's port_down/up, device_fatal) --
   bool port_active() const { return port_active_.load(std::memory_order_relaxed); }
   bool fatal() const { return fatal_.load(std::memory_order_relaxed); }
@@ -151,6 +159,8 @@ class Device {
   int index_;
   in_addr addr_;
   int udp_fd_;
+  faults::PacketFilter& packet_filter_;
+  faults::VerbFilter& verb_filter_;
   uint16_t lid_ = 0;
   uint64_t guid_ = 0;
   uint8_t mac_[6] = {};

@@ -36,7 +36,7 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited) {
   // After a forced error completion, until the QP is in the error state, the
   // completions that follow are flushed, as they would be behind a real one.
   if (error_pending_ && wc.status == IBV_WC_SUCCESS) wc.status = IBV_WC_WR_FLUSH_ERR;
-  faults::FaultEngine& engine = faults::FaultEngine::instance();
+  faults::VerbFilter& engine = device().verb_filter();
   if (engine.verbs_active()) {
     faults::FaultDecision d = engine.decide(faults::VerbFacts{faults::VerbPoint::completion, device().name(),
                                                                     qpn(), static_cast<int>(wc.opcode), std::nullopt});

@@ -201,7 +201,7 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   // that fails the post ends it there (docs/faults.md).
   ibv_recv_wr* fail_at = nullptr;
   int fail_errno = 0;
-  if (faults::FaultEngine::instance().verbs_active()) {
+  if (device().verb_filter().verbs_active()) {
     for (ibv_recv_wr* w = wr; w && !fail_at; w = w->next) {
       if ((fail_errno = post_fault(*this, faults::VerbPoint::post_recv, std::nullopt))) fail_at = w;
     }
@@ -231,7 +231,7 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   ibv_send_wr* fail_at = nullptr;
   int fail_errno = 0;
-  if (faults::FaultEngine::instance().verbs_active()) {
+  if (device().verb_filter().verbs_active()) {
     for (ibv_send_wr* w = wr; w && !fail_at; w = w->next) {
       if ((fail_errno = post_fault(*this, faults::VerbPoint::post_send, static_cast<int>(w->opcode)))) fail_at = w;
     }

@@ -1,0 +1,214 @@
+// The fault engine (faults/engine.hpp) on a manual clock and a scheduler queue
+// the test runs: timed rules, clear(), seeded decisions, hit counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/clock.hpp"
+#include "faults/engine.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
+
+namespace softverbs::faults {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Time moves only when the test says so.
+class ManualClock final : public Clock {
+ public:
+  time_point now() const noexcept override { return now_; }
+  timespec wall_now() const noexcept override { return timespec{}; }
+  void advance(duration d) { now_ += d; }
+
+ private:
+  time_point now_{};
+};
+
+// Holds tasks until run_due() is called; runs those whose moment has come, in
+// the order of their moments.
+class QueueScheduler final : public Scheduler {
+ public:
+  explicit QueueScheduler(const ManualClock& clock) : clock_(clock) {}
+  const Clock& clock() const noexcept override { return clock_; }
+  void post(Task f) override { at(clock_.now(), std::move(f)); }
+  void at(Clock::time_point when, Task f) override { queue_.emplace(when, std::move(f)); }
+  size_t pending() const { return queue_.size(); }
+  void run_due() {
+    while (!queue_.empty() && queue_.begin()->first <= clock_.now()) {
+      Task f = std::move(queue_.begin()->second);
+      queue_.erase(queue_.begin());
+      f();
+    }
+  }
+
+ private:
+  const ManualClock& clock_;
+  std::multimap<Clock::time_point, Task> queue_;
+};
+
+struct Fixture : ::testing::Test {
+  ManualClock clock;
+  QueueScheduler scheduler{clock};
+  std::vector<FaultDecision> acted;
+
+  void load(FaultEngine& e, const char* toml) {
+    std::string error;
+    ASSERT_TRUE(e.load(toml, &error)) << error;
+  }
+  void watch(FaultEngine& e) {
+    e.add_actor([this](const FaultDecision& d) { acted.push_back(d); });
+  }
+  void advance(Clock::duration d) {
+    clock.advance(d);
+    scheduler.run_due();
+  }
+};
+
+// An RC SEND_ONLY to QP 0x11 with this PSN.
+wire::PacketView send_packet(uint32_t psn) {
+  constexpr uint8_t kRcSendOnly = 0x04;
+  wire::PacketView p;
+  p.op = &wire::opcode_info(kRcSendOnly);
+  p.bth.opcode = kRcSendOnly;
+  p.bth.dest_qp = 0x11;
+  p.bth.psn = psn;
+  return p;
+}
+
+// Which rule fired for each of n packets (-1: none).
+std::vector<int> decisions(FaultEngine& e, int n) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) {
+    const wire::PacketView p = send_packet(static_cast<uint32_t>(i));
+    const FaultDecision d = e.decide(PacketFacts{Direction::tx, "emu0", &p});
+    out.push_back(d.fired ? static_cast<int>(d.rule) : -1);
+  }
+  return out;
+}
+
+using FaultEngineTest = Fixture;
+
+TEST_F(FaultEngineTest, TimedRuleFiresWhenTheClockReachesAtMs) {
+  FaultEngine e(clock, scheduler);
+  watch(e);
+  load(e, "[[rule]]\nname = \"down\"\nat_ms = 100\ndevice = \"emu0\"\naction = \"port_down\"\n");
+  advance(99ms);
+  EXPECT_TRUE(acted.empty());
+  EXPECT_EQ(e.hits("down"), 0u);
+  advance(1ms);
+  ASSERT_EQ(acted.size(), 1u);
+  EXPECT_EQ(acted[0].action, FaultAction::port_down);
+  EXPECT_EQ(acted[0].device, "emu0");
+  EXPECT_EQ(e.hits("down"), 1u);
+  advance(1000ms);  // once only
+  EXPECT_EQ(acted.size(), 1u);
+}
+
+TEST_F(FaultEngineTest, TimedRulesWaitForAnActor) {
+  FaultEngine e(clock, scheduler);
+  load(e, "[[rule]]\nat_ms = 50\naction = \"device_fatal\"\n");
+  advance(200ms);
+  EXPECT_EQ(scheduler.pending(), 0u);
+  watch(e);  // at_ms counts from here
+  advance(49ms);
+  EXPECT_TRUE(acted.empty());
+  advance(1ms);
+  ASSERT_EQ(acted.size(), 1u);
+  EXPECT_EQ(acted[0].action, FaultAction::device_fatal);
+}
+
+TEST_F(FaultEngineTest, ClearMakesPendingTimedRulesLapse) {
+  FaultEngine e(clock, scheduler);
+  watch(e);
+  load(e, "[[rule]]\nname = \"t\"\nat_ms = 10\naction = \"port_down\"\n");
+  advance(5ms);
+  e.clear();
+  // A rule loaded after clear() at the same position is not the lapsed one.
+  load(e, "[[rule]]\nname = \"t\"\nat_ms = 20\naction = \"port_up\"\n");
+  advance(5ms);
+  EXPECT_TRUE(acted.empty());
+  EXPECT_EQ(e.hits("t"), 0u);
+  advance(15ms);
+  ASSERT_EQ(acted.size(), 1u);
+  EXPECT_EQ(acted[0].action, FaultAction::port_up);
+}
+
+TEST_F(FaultEngineTest, SameSeedAndTrafficGiveTheSameDecisions) {
+  const char* scenario = "seed = 42\n[[rule]]\nprobability = 0.3\naction = \"drop\"\n";
+  FaultEngine a(clock, scheduler), b(clock, scheduler);
+  load(a, scenario);
+  load(b, scenario);
+  const std::vector<int> da = decisions(a, 500);
+  EXPECT_EQ(da, decisions(b, 500));
+  // ...and the stream is a real one: some fire, some do not.
+  const auto fired = std::count(da.begin(), da.end(), 0);
+  EXPECT_GT(fired, 100);
+  EXPECT_LT(fired, 200);
+
+  FaultEngine c(clock, scheduler);
+  load(c, scenario);
+  c.set_seed(43);
+  EXPECT_NE(da, decisions(c, 500));
+}
+
+TEST_F(FaultEngineTest, AddingARuleDoesNotChangeAnothersDecisions) {
+  const char* first = "seed = 7\n[[rule]]\nprobability = 0.25\naction = \"drop\"\n";
+  FaultEngine alone(clock, scheduler), with_more(clock, scheduler);
+  load(alone, first);
+  load(with_more, first);
+  // A second rule on the same packets, and an unrelated verb rule.
+  load(with_more,
+       "[[rule]]\nprobability = 0.5\naction = \"duplicate\"\n"
+       "[[rule]]\nverb = \"post_send\"\naction = \"fail\"\nerrno = \"EIO\"\n");
+  const std::vector<int> da = decisions(alone, 500);
+  const std::vector<int> db = decisions(with_more, 500);
+  ASSERT_EQ(da.size(), db.size());
+  bool second_fired = false;
+  for (size_t i = 0; i < da.size(); ++i) {
+    EXPECT_EQ(da[i] == 0, db[i] == 0) << "packet " << i;
+    second_fired |= db[i] == 1;
+  }
+  EXPECT_TRUE(second_fired);
+}
+
+TEST_F(FaultEngineTest, HitsCountWhatFired) {
+  FaultEngine e(clock, scheduler);
+  load(e,
+       "[[rule]]\nname = \"third\"\nevery = 3\naction = \"drop\"\n"
+       "[[rule]]\nname = \"two\"\ncount = 2\naction = \"duplicate\"\n");
+  decisions(e, 10);
+  EXPECT_EQ(e.hits("third"), 3u);  // packets 3, 6, 9
+  EXPECT_EQ(e.hits("two"), 2u);    // the first two the first rule let through
+  EXPECT_EQ(e.hits("none"), 0u);
+  EXPECT_EQ(e.rule_count(), 2u);
+  e.clear();
+  EXPECT_EQ(e.hits("third"), 0u);
+  EXPECT_FALSE(e.active());
+}
+
+TEST_F(FaultEngineTest, VerbRulesAndTheirListeners) {
+  FaultEngine e(clock, scheduler);
+  std::vector<bool> changes;
+  e.add_verbs_listener([&](bool active) { changes.push_back(active); });
+  VerbFilter& verbs = e;
+  EXPECT_FALSE(verbs.verbs_active());
+  load(e, "[[rule]]\nverb = \"post_send\"\nnth = 2\naction = \"fail\"\nerrno = \"EAGAIN\"\n");
+  EXPECT_TRUE(verbs.verbs_active());
+  const VerbFacts post{VerbPoint::post_send, "emu0", 0x11, 0, std::nullopt};
+  EXPECT_FALSE(verbs.decide(post).fired);
+  const FaultDecision d = verbs.decide(post);
+  ASSERT_TRUE(d.fired);
+  EXPECT_EQ(d.action, FaultAction::fail);
+  EXPECT_EQ(d.qpn, 0x11u);
+  e.clear();
+  EXPECT_EQ(changes, (std::vector<bool>{true, false}));
+}
+
+}  // namespace
+}  // namespace softverbs::faults
