@@ -4,10 +4,7 @@
 // devices failing.
 #include "emu/device/fault_actions.hpp"
 
-#include <boost/asio/steady_timer.hpp>
-
 #include "emu/objects/objects.hpp"
-#include "emu/device/progress.hpp"
 #include "core/events.hpp"
 #include "core/log.hpp"
 
@@ -76,7 +73,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
     case FaultAction::port_down:
       dev.set_port_active(false);
       if (d.duration_ms) {
-        Progress::instance().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
+        dev.scheduler().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
           if (!dev.fatal()) dev.set_port_active(true);
         });
       }
@@ -103,7 +100,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
 void apply_fault_later(Device& dev, const FaultDecision& d) {
   // Devices live for the whole process; QPs are named by number and looked up
   // again when the action runs.
-  Progress::instance().post([&dev, d] { apply_fault_by_qpn(dev, d); });
+  dev.scheduler().post([&dev, d] { apply_fault_by_qpn(dev, d); });
 }
 
 int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode) {
@@ -118,9 +115,9 @@ int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode) {
   return 0;
 }
 
-void install_timed_faults() {
-  faults::FaultEngine::instance().set_timed_scheduler([](size_t index, uint64_t generation, uint32_t at_ms) {
-    Progress::instance().after(std::chrono::milliseconds(at_ms), [index, generation] {
+void install_timed_faults(Scheduler& scheduler) {
+  faults::FaultEngine::instance().set_timed_scheduler([&scheduler](size_t index, uint64_t generation, uint32_t at_ms) {
+    scheduler.after(std::chrono::milliseconds(at_ms), [index, generation] {
       FaultDecision d = faults::FaultEngine::instance().fire_timed(index, generation);
       if (!d.fired) return;
       for (Device* dev : DeviceRegistry::instance().devices())

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "core/clock.hpp"
 #include "faults/engine.hpp"
 
 namespace softverbs::emu {
@@ -15,13 +16,13 @@ class Qp;
 // device_fatal). `qp` is the QP the rule matched, if any. Must not be called with
 // a QP's lock held.
 void apply_fault(Device& dev, const faults::FaultDecision& d, Qp* qp);
-// The same, from the progress thread: for decisions taken under a QP's lock.
+// The same, from the device's scheduler: for decisions taken under a QP's lock.
 void apply_fault_later(Device& dev, const faults::FaultDecision& d);
 // The post_send / post_recv rules for one work request: the errno the post must
 // fail with, or 0 (side-effect actions are carried out here). Called without the
 // QP's lock.
 int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode);
-// Lets the fault layer run timed rules on the progress thread.
-void install_timed_faults();
+// Lets the fault layer run timed rules on the scheduler's thread.
+void install_timed_faults(Scheduler& scheduler);
 
 }  // namespace softverbs::emu
