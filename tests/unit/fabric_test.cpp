@@ -435,6 +435,53 @@ TEST_F(FaultyFixture, RxReorder) {
   EXPECT_EQ(up.got.size(), 3u);
 }
 
+// A device's receive path in miniature: admits what parses unless closed.
+class FakeSink final : public PacketSink {
+ public:
+  bool admit(in_addr, uint16_t, std::span<const uint8_t> p, wire::PacketView& view) override {
+    ++admitted;
+    return open && wire::parse(p, view) == wire::ParseError::ok;
+  }
+  void deliver(in_addr, const wire::PacketView& view) override { delivered.push_back(view.bth.psn); }
+  bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override {
+    naks.emplace_back(view.bth.psn, syndrome);
+    return true;
+  }
+  void ready() override {}
+  bool open = true;
+  int admitted = 0;
+  std::vector<uint32_t> delivered;
+  std::vector<std::pair<uint32_t, uint8_t>> naks;
+};
+
+TEST(FaultyLink, SitsBetweenTheSinksChecksAndDelivery) {
+  FakeScheduler s;
+  FakeLink inner;
+  FakeFilter filter;
+  LinkCounters counters;
+  FaultyLink link(inner, filter, s, counters, "dev0");
+  FakeSink sink;
+  link.attach(sink);
+  faults::FaultDecision nak;
+  nak.fired = true;
+  nak.action = faults::FaultAction::nak;
+  nak.syndrome = 0x61;
+  filter.next.push_back(nak);
+  link.inject(addr("127.0.1.9"), 4791, packet(5));
+  EXPECT_EQ(sink.naks, (std::vector<std::pair<uint32_t, uint8_t>>{{5, 0x61}}));
+  EXPECT_TRUE(sink.delivered.empty());
+  EXPECT_EQ(counters.faults_naks_forged, 1u);
+  // A datagram the sink refuses never meets the rules.
+  sink.open = false;
+  link.inject(addr("127.0.1.9"), 4791, packet(6));
+  EXPECT_EQ(filter.seen.size(), 1u);
+  sink.open = true;
+  filter.queue(faults::FaultAction::duplicate);
+  link.inject(addr("127.0.1.9"), 4791, packet(7));
+  EXPECT_EQ(sink.delivered, (std::vector<uint32_t>{7, 7}));
+  EXPECT_EQ(sink.admitted, 4);  // the duplicate passes the checks again, as a received packet does
+}
+
 TEST(TapLink, CountsWhatGoesOut) {
   FakeClock clock;
   FakeLink inner;
