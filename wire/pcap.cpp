@@ -63,7 +63,7 @@ PcapWriter::~PcapWriter() {
   if (file_) std::fclose(file_);
 }
 
-void PcapWriter::write(in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet) {
+void PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet) {
   uint8_t head[kEthLen + kIpLen + kUdpLen] = {};
   uint8_t* eth = head;
   mac_of(dst, eth);
@@ -81,8 +81,7 @@ void PcapWriter::write(in_addr src, in_addr dst, uint16_t sport, std::span<const
   put16(udp + 4, static_cast<uint16_t>(kUdpLen + packet.size()));
   // UDP checksum 0, as RoCEv2 senders use.
 
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  const timespec ts = clock.wall_now();
   const uint32_t len = static_cast<uint32_t>(sizeof head + packet.size());
   uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec / 1000), len, len};
   std::lock_guard lock(mu_);

@@ -11,6 +11,8 @@
 #include <span>
 #include <string>
 
+#include "core/clock.hpp"
+
 namespace softverbs::wire {
 
 class PcapWriter {
@@ -23,8 +25,9 @@ class PcapWriter {
   bool ok() const { return file_ != nullptr; }
 
   // Writes one RoCEv2 packet (BTH..ICRC) sent from src to dst, both on UDP port
-  // 4791, with the IPv4 header the sender's kernel writes (DF, ID 0, TTL 64).
-  void write(in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet);
+  // 4791, with the IPv4 header the sender's kernel writes (DF, ID 0, TTL 64),
+  // stamped with the clock's calendar time.
+  void write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet);
 
  private:
   std::mutex mu_;

@@ -15,7 +15,12 @@
 #include "emu/device/fault_actions.hpp"
 #include "emu/objects/objects.hpp"
 #include "core/log.hpp"
+#include "fabric/faulty_link.hpp"
+#include "fabric/scheduler.hpp"
+#include "fabric/tap_link.hpp"
+#include "fabric/udp_link.hpp"
 #include "faults/process.hpp"
+#include "wire/pcap.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -25,36 +30,6 @@ constexpr uint16_t kRoceV2Port = 4791;
 // are a valid unicast LID (0x0001..0xBFFF) for the InfiniBand link-layer mode.
 constexpr uint32_t kAutoFirst = 0x7f000101;
 constexpr uint32_t kAutoLast = 0x7f00bfff;
-constexpr int kSocketBuffer = 8 << 20;
-
-// Binds the device's RoCEv2 endpoint. Claiming the address is what makes it the
-// device's own: a second process cannot take it.
-int bind_endpoint(in_addr addr) {
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  // DF set and a fixed IP ID, as the Linux software RoCE driver sends: the ICRC
-  // covers the IP header, so captures only verify with a stable ID.
-  int pmtu = IP_PMTUDISC_DO;
-  ::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-  // Deep socket buffers absorb bursts from many QPs; a datagram the buffer
-  // cannot take is lost and recovered by the transport. The forced variant needs
-  // CAP_NET_ADMIN; without it the kernel caps the size at net.core.[rw]mem_max.
-  int size = kSocketBuffer;
-  if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof size) < 0)
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-  if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof size) < 0)
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(kRoceV2Port);
-  sa.sin_addr = addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) < 0) {
-    int err = errno;
-    ::close(fd);
-    return -err;
-  }
-  return fd;
-}
 
 std::string addr_str(in_addr a) {
   char buf[INET_ADDRSTRLEN];
@@ -72,9 +47,15 @@ std::string guid_str(uint64_t g) {
 
 }  // namespace
 
-Device::Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd, faults::PacketFilter& packets,
-               faults::VerbFilter& verbs)
-    : config_(config), index_(index), addr_(addr), udp_fd_(udp_fd), packet_filter_(packets), verb_filter_(verbs) {
+Device::Device(const DeviceConfig& config, int index, in_addr addr, const Clock& clock, Scheduler& scheduler,
+               faults::PacketFilter& packets, faults::VerbFilter& verbs)
+    : config_(config),
+      index_(index),
+      addr_(addr),
+      clock_(clock),
+      scheduler_(scheduler),
+      packet_filter_(packets),
+      verb_filter_(verbs) {
   handle_.owner = this;
   ibv_device& d = handle_.pub.device;
   d.node_type = IBV_NODE_CA;
@@ -107,9 +88,7 @@ Device::Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd, 
   if (next_qpn_ < 2) next_qpn_ = 2;
 }
 
-Device::~Device() {
-  if (udp_fd_ >= 0) ::close(udp_fd_);
-}
+Device::~Device() = default;
 
 __be64 Device::guid_be() const { return htobe64(guid_); }
 
@@ -365,6 +344,8 @@ const std::vector<Device*>& DeviceRegistry::devices() {
       SV_LOG(kError, "%s; no emulated devices", error_.c_str());
       return;
     }
+    // Real time: the process's progress thread and the system clocks.
+    fabric::RealTimeScheduler& scheduler = fabric::RealTimeScheduler::instance();
     uint32_t span = kAutoLast - kAutoFirst + 1;
     uint32_t probe = (static_cast<uint32_t>(::getpid()) * 2654435761u) % span;
     int index = 0;
@@ -381,7 +362,7 @@ const std::vector<Device*>& DeviceRegistry::devices() {
             continue;
           }
         }
-        fd = bind_endpoint(addr);
+        fd = fabric::UdpLink::bind(addr);
         if (fd < 0) {
           SV_LOG(kError, "device %s: cannot bind %s:%u: %s; device not created", dc.name.c_str(),
                  addr_str(addr).c_str(), kRoceV2Port, std::strerror(-fd));
@@ -396,7 +377,7 @@ const std::vector<Device*>& DeviceRegistry::devices() {
         for (; tries < span && fd < 0; ++tries) {
           addr.s_addr = htonl(kAutoFirst + probe);
           probe = (probe + 1) % span;
-          fd = bind_endpoint(addr);
+          fd = fabric::UdpLink::bind(addr);
           if (fd < 0 && (fd != -EADDRINUSE || tries + 1 >= kGiveUpAfter)) break;
         }
         if (fd < 0) {
@@ -416,12 +397,30 @@ const std::vector<Device*>& DeviceRegistry::devices() {
              dc.link_layer == LinkLayer::kEthernet ? "RoCEv2" : "InfiniBand link layer");
       DeviceConfig fitted = dc;
       fitted.active_mtu = mtu_for_interface_of(addr, dc.active_mtu, dc.name);
-      owned_.push_back(std::make_unique<Device>(fitted, index++, addr, fd, engine, engine));
+      owned_.push_back(std::make_unique<Device>(fitted, index++, addr, scheduler.clock(), scheduler, engine, engine));
+      connect(*owned_.back(), fd, scheduler);
       devices_.push_back(owned_.back().get());
     }
     if (!devices_.empty()) engine.add_actor([this](const faults::FaultDecision& d) { apply_timed_fault(devices_, d); });
   });
   return devices_;
+}
+
+// The device's way to the network, outermost first: the packet-fault layer,
+// the tap (counters, capture), the queue to devices of this process, the UDP
+// socket.
+void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler& scheduler) {
+  auto udp = std::make_unique<fabric::UdpLink>(scheduler, udp_fd, dev.name());
+  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), scheduler, udp.get());
+  auto tap = std::make_unique<fabric::TapLink>(*local, dev.addr(), dev.counters(), dev.clock(),
+                                               wire::PcapWriter::instance(), &hub_);
+  auto faulty = std::make_unique<fabric::FaultyLink>(*tap, dev.packet_filter(), dev.scheduler(),
+                                                     dev.counters(), dev.name());
+  dev.connect(*faulty);
+  links_.push_back(std::move(udp));
+  links_.push_back(std::move(local));
+  links_.push_back(std::move(tap));
+  links_.push_back(std::move(faulty));
 }
 
 Device* DeviceRegistry::find_by_addr(in_addr addr) {

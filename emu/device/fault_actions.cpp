@@ -73,7 +73,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
     case FaultAction::port_down:
       dev.set_port_active(false);
       if (d.duration_ms) {
-        progress_scheduler().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
+        dev.scheduler().after(std::chrono::milliseconds(d.duration_ms), [&dev] {
           if (!dev.fatal()) dev.set_port_active(true);
         });
       }
@@ -100,7 +100,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
 void apply_fault_later(Device& dev, const FaultDecision& d) {
   // Devices live for the whole process; QPs are named by number and looked up
   // again when the action runs.
-  progress_scheduler().post([&dev, d] { apply_fault_by_qpn(dev, d); });
+  dev.scheduler().post([&dev, d] { apply_fault_by_qpn(dev, d); });
 }
 
 int post_fault(Qp& qp, faults::VerbPoint verb, std::optional<int> opcode) {

@@ -13,15 +13,11 @@ namespace softverbs::emu {
 class Device;
 class Qp;
 
-// The progress thread as a Scheduler on the real clock
-// (emu/device/progress_scheduler.cpp).
-Scheduler& progress_scheduler();
-
 // Carries out a side-effect action (qp_error, port_down, port_up, event,
 // device_fatal). `qp` is the QP the rule matched, if any. Must not be called with
 // a QP's lock held.
 void apply_fault(Device& dev, const faults::FaultDecision& d, Qp* qp);
-// The same, from the progress thread: for decisions taken under a QP's lock.
+// The same, from the device's scheduler: for decisions taken under a QP's lock.
 void apply_fault_later(Device& dev, const faults::FaultDecision& d);
 // The post_send / post_recv rules for one work request: the errno the post must
 // fail with, or 0 (side-effect actions are carried out here). Called without the

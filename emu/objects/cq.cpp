@@ -1,5 +1,3 @@
-#include <time.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -7,19 +5,13 @@
 #include "emu/device/caps.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/ops.hpp"
-#include "emu/device/progress.hpp"
+#include "fabric/timer.hpp"
 
 namespace softverbs::emu {
 namespace {
 
 // ConnectX sizes a CQ to a power of two and reports one entry less.
 int cq_depth_for(int cqe) { return static_cast<int>(std::bit_ceil(static_cast<unsigned>(cqe) + 1)) - 1; }
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 }  // namespace
 
@@ -44,8 +36,8 @@ Cq::Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t w
 
 void Cq::push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us) {
   std::lock_guard lock(mu_);
-  delayed_.push_back({std::chrono::steady_clock::now() + std::chrono::microseconds(delay_us), wc, solicited});
-  if (!delay_timer_) delay_timer_ = std::make_shared<EngineTimer>([this] { push_due(); });
+  delayed_.push_back({ctx_.device().clock().now() + std::chrono::microseconds(delay_us), wc, solicited});
+  if (!delay_timer_) delay_timer_ = std::make_shared<EngineTimer>(ctx_.device().scheduler(), [this] { push_due(); });
   delay_timer_->arm_at(delayed_.back().due);
 }
 
@@ -53,7 +45,7 @@ void Cq::push_due() {
   std::vector<Delayed> due;
   {
     std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = ctx_.device().clock().now();
     auto it = std::stable_partition(delayed_.begin(), delayed_.end(), [now](const Delayed& d) { return d.due <= now; });
     due.assign(delayed_.begin(), it);
     delayed_.erase(delayed_.begin(), it);
@@ -94,7 +86,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
       ctx_.post_async_event(ev);
       return false;
     }
-    ring_[tail_ % ring_.size()] = Cqe{wc, now_ns()};
+    ring_[tail_ % ring_.size()] = Cqe{wc, to_ns(ctx_.device().clock().wall_now())};
     ++tail_;
     // An armed CQ raises one event: for any completion when armed with
     // solicited_only=0; only for solicited or failed ones otherwise (IBTA 11.4.2.2).

@@ -27,15 +27,23 @@
 #include "emu/device/config.hpp"
 #include "emu/objects/handle.hpp"
 #include "emu/qp/wq.hpp"
+#include "core/clock.hpp"
 #include "core/rdma_private.h"
+#include "fabric/link.hpp"
+#include "fabric/local_link.hpp"
 #include "faults/filter.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
 
+namespace softverbs::fabric {
+class EngineTimer;
+class RealTimeScheduler;
+}
+
 namespace softverbs::emu {
 
+using fabric::EngineTimer;
 class Context;
-class EngineTimer;
 class Pd;
 class Mr;
 class Cq;
@@ -49,12 +57,17 @@ class Device;
 // GID, or its LID); false for a destination emulated devices cannot reach.
 bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out);
 
-class Device {
+// The device's receive path is the sink of its link (fabric/link.hpp): the
+// link hands it datagrams, the fault layer sitting between its checks and the
+// delivery to a QP.
+class Device final : private fabric::PacketSink {
  public:
-  // `packets` and `verbs` are the fault rules this device's packets and verbs
-  // pass (docs/faults.md); they outlive the device.
-  Device(const DeviceConfig& config, int index, in_addr addr, int udp_fd, faults::PacketFilter& packets,
-         faults::VerbFilter& verbs);
+  // Time and timers come from clock and scheduler (core/clock.hpp); packets go
+  // through the link given to connect(). `packets` and `verbs` are the fault
+  // rules this device's packets and verbs pass (docs/faults.md); they outlive
+  // the device.
+  Device(const DeviceConfig& config, int index, in_addr addr, const Clock& clock, Scheduler& scheduler,
+         faults::PacketFilter& packets, faults::VerbFilter& verbs);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -71,7 +84,10 @@ class Device {
   uint64_t guid() const { return guid_; }  // host order
   __be64 guid_be() const;
   const uint8_t* mac() const { return mac_; }
-  int udp_fd() const { return udp_fd_; }
+  const Clock& clock() const { return clock_; }
+  Scheduler& scheduler() { return scheduler_; }
+  // Makes link the device's way to the network (once, before any traffic).
+  void connect(fabric::Link& link);
 
   void fill_device_attr(ibv_device_attr* attr) const;
   void fill_port_attr(ibv_port_attr* attr) const;
@@ -95,14 +111,12 @@ class Device {
   std::shared_mutex& mr_lock() { return mr_mu_; }
 
   // ---- the RoCEv2 endpoint ----------------------------------------------
-  struct Counters {
-    std::atomic<uint64_t> tx_packets{0}, rx_packets{0};
-    std::atomic<uint64_t> rx_icrc_errors{0}, rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
+  // tx/rx packets, ICRC errors and what the packet-fault layer did are the
+  // link's (fabric::LinkCounters).
+  struct Counters : fabric::LinkCounters {
+    std::atomic<uint64_t> rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
     std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0}, rnr_naks_received{0},
         duplicates{0}, timeouts{0};
-    // What the fault layer did (docs/faults.md).
-    std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
-        faults_reordered{0}, faults_naks_forged{0};
     // Packets lost because the port was down; verb-level faults carried out.
     std::atomic<uint64_t> port_down_drops{0}, faults_verbs{0};
   };
@@ -110,13 +124,13 @@ class Device {
 
   // The ICRC flow of packets this device sends to dst (and receives from it).
   wire::Ipv4Flow flow(in_addr src, in_addr dst) const;
-  // Sends one packet (BTH..ICRC). A device of this process gets it through its
-  // local queue, with the same packet semantics but no socket.
+  // Sends one packet (BTH..ICRC) through the link (a device of this process
+  // gets it through its local queue, with the same packet semantics).
   void transmit(in_addr dst, std::span<const uint8_t> packet);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);
-  // Makes the progress thread watch the endpoint (idempotent).
+  // Makes the scheduler watch the link for arrivals (idempotent).
   void start_progress();
   // For diagnostics: bytes waiting on the socket, local queue length, receive lock.
   std::string rx_state();
@@ -149,16 +163,19 @@ class Device {
   void with_qp(uint32_t qpn, const std::function<void(Qp*)>& f);
 
  private:
-  void receive_local(in_addr src, std::span<const uint8_t> packet);
-  void handle_packet(in_addr src, uint16_t sport, std::span<const uint8_t> packet, bool apply_faults = true);
-  void send_now(in_addr dst, std::span<const uint8_t> packet);
-  void deliver_later(in_addr src, uint16_t sport, std::vector<uint8_t> bytes, uint32_t delay_us);
+  // fabric::PacketSink: the receive path, called under rx_mu_.
+  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) override;
+  void deliver(in_addr src, const wire::PacketView& view) override;
+  bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
+  void ready() override { progress(true); }
 
   Handle<verbs_device, Device> handle_;
   DeviceConfig config_;
   int index_;
   in_addr addr_;
-  int udp_fd_;
+  const Clock& clock_;
+  Scheduler& scheduler_;
+  fabric::Link* link_ = nullptr;
   faults::PacketFilter& packet_filter_;
   faults::VerbFilter& verb_filter_;
   uint16_t lid_ = 0;
@@ -177,15 +194,9 @@ class Device {
   std::atomic<bool> fatal_{false};
 
   Counters counters_;
-  std::mutex rx_mu_;  // one thread processes received packets at a time, in order
-  std::mutex local_mu_;
-  std::deque<std::pair<in_addr, std::vector<uint8_t>>> local_;
-  std::atomic<bool> local_pending_{false};
-  std::once_flag progress_started_;
-  // Reordering: a packet held back until the next one has gone.
-  std::mutex held_mu_;
-  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held_tx_;
-  std::optional<std::tuple<in_addr, uint16_t, std::vector<uint8_t>>> held_rx_;  // under rx_mu_
+  // One thread processes received packets at a time, in order: it serialises
+  // the link's drain() and inject().
+  std::mutex rx_mu_;
 };
 
 // The process-wide device list, created on first use from the environment.
@@ -198,7 +209,12 @@ class DeviceRegistry {
   Device* find_by_addr(in_addr addr);
 
  private:
+  // Builds the device's link chain (the one place it is assembled).
+  void connect(Device& dev, int udp_fd, fabric::RealTimeScheduler& scheduler);
+
   std::once_flag once_;
+  fabric::LocalHub hub_;
+  std::vector<std::unique_ptr<fabric::Link>> links_;  // the devices' link chains, as long as the devices
   std::vector<std::unique_ptr<Device>> owned_;
   std::vector<Device*> devices_;
   std::string error_;

@@ -6,7 +6,7 @@
 #include "emu/device/fault_actions.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
-#include "emu/device/progress.hpp"
+#include "fabric/timer.hpp"
 #include "core/log.hpp"
 #include "wire/psn.hpp"
 
@@ -75,8 +75,8 @@ void Qp::request_error_locked(bool event) {
   if (error_pending_) return;
   error_pending_ = true;
   error_event_ = event;
-  if (!timer_) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
-  timer_->arm_at(std::chrono::steady_clock::now());
+  if (!timer_) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
+  timer_->arm_at(device().clock().now());
 }
 
 void Qp::error_locked(bool event) {
@@ -231,7 +231,7 @@ void Qp::completer_locked(const PacketView& pkt) {
         }
         retransmit_from_locked(psn);
         rnr_waiting_ = true;
-        rnr_until_ = std::chrono::steady_clock::now() + std::chrono::microseconds(rnr_timer_us(a.rnr_timer()));
+        rnr_until_ = device().clock().now() + std::chrono::microseconds(rnr_timer_us(a.rnr_timer()));
         arm_timer_locked();
         retire_acked_locked();
         return;

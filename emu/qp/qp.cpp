@@ -4,7 +4,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/device/fault_actions.hpp"
 #include "emu/objects/objects.hpp"
-#include "emu/device/progress.hpp"
+#include "fabric/timer.hpp"
 #include "emu/qp/qp_state.hpp"
 #include "wire/opcode.hpp"
 
@@ -163,7 +163,7 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
       retry_left_ = attr_.retry_cnt;
       rnr_retry_left_ = attr_.rnr_retry;
       rnr_waiting_ = false;
-      if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
+      if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
       requester_locked();
     } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
       attr_.sq_draining = 0;

@@ -8,7 +8,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
-#include "emu/device/progress.hpp"
+#include "fabric/timer.hpp"
 #include "core/log.hpp"
 #include "wire/psn.hpp"
 
@@ -120,7 +120,7 @@ void Qp::arm_timer_locked() {
   if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
   if (!timer_) return;
   if (unacked_psn_ == sent_end_psn_ && !rnr_waiting_) return;
-  auto now = std::chrono::steady_clock::now();
+  auto now = device().clock().now();
   if (rnr_waiting_) {
     timer_->arm_at(rnr_until_);
     return;
@@ -391,7 +391,7 @@ void Qp::on_timer() {
     return;
   }
   if (attr_.qp_state != IBV_QPS_RTS && attr_.qp_state != IBV_QPS_SQD) return;
-  auto now = std::chrono::steady_clock::now();
+  auto now = device().clock().now();
   if (rnr_waiting_) {
     if (now < rnr_until_) {
       timer_->arm_at(rnr_until_);

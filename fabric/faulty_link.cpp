@@ -1,0 +1,192 @@
+// FaultyLink: carrying out the packet-fault decisions (docs/faults.md).
+#include "fabric/faulty_link.hpp"
+
+#include <chrono>
+
+namespace softverbs::fabric {
+namespace {
+
+// How long the fault layer holds a packet back for reordering when no other
+// packet overtakes it.
+constexpr auto kReorderHold = std::chrono::microseconds(200);
+
+}  // namespace
+
+FaultyLink::FaultyLink(Link& inner, faults::PacketFilter& filter, Scheduler& scheduler, LinkCounters& counters,
+                       std::string device)
+    : LinkDecorator(inner), filter_(filter), scheduler_(scheduler), counters_(counters), device_(std::move(device)) {}
+
+void FaultyLink::attach(Receiver& receiver) {
+  sink_ = dynamic_cast<PacketSink*>(&receiver);
+  LinkDecorator::attach(receiver);
+}
+
+// ---- the way out ----------------------------------------------------------
+
+void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet) {
+  if (filter_.active()) {
+    wire::PacketView view;
+    if (wire::parse(packet, view) == wire::ParseError::ok) {
+      faults::FaultDecision d = filter_.decide({faults::Direction::tx, device_, &view});
+      if (d.fired) {
+        switch (d.action) {
+          case faults::FaultAction::drop:
+            counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+            return;
+          case faults::FaultAction::duplicate:
+            counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
+            inner_.send(dst, packet);
+            break;
+          case faults::FaultAction::corrupt: {
+            // One flipped bit in the middle of the packet: the ICRC no longer matches.
+            counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
+            std::vector<uint8_t> bad(packet.begin(), packet.end());
+            bad[bad.size() / 2] ^= 0x10;
+            inner_.send(dst, bad);
+            return;
+          }
+          case faults::FaultAction::delay:
+            counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
+            scheduler_.after(std::chrono::microseconds(d.delay_us),
+                             [this, dst, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] {
+                               inner_.send(dst, bytes);
+                             });
+            return;
+          case faults::FaultAction::reorder: {
+            counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
+            std::lock_guard lock(held_mu_);
+            if (!held_tx_) {
+              held_tx_.emplace(dst, std::vector<uint8_t>(packet.begin(), packet.end()));
+              has_held_tx_.store(true, std::memory_order_release);
+              // It goes out after the next packet, or after a short while if none follows.
+              scheduler_.after(kReorderHold, [this] { send_held(); });
+              return;
+            }
+            break;
+          }
+          default:
+            break;  // nak: receive side only; verb actions never reach packets
+        }
+      }
+    }
+  }
+  inner_.send(dst, packet);
+  if (has_held_tx_.load(std::memory_order_acquire)) send_held();
+}
+
+void FaultyLink::send_held() {
+  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held;
+  {
+    std::lock_guard lock(held_mu_);
+    held.swap(held_tx_);
+    has_held_tx_.store(false, std::memory_order_relaxed);
+  }
+  if (held) inner_.send(held->first, held->second);
+}
+
+// ---- the way in -----------------------------------------------------------
+
+bool FaultyLink::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) {
+  if (sink_) return sink_->admit(src, sport, packet, view);
+  if (wire::parse(packet, view) == wire::ParseError::ok) return true;
+  up_->receive(src, sport, packet);  // not a packet the rules can match: the receiver judges it
+  return false;
+}
+
+void FaultyLink::deliver(in_addr src, uint16_t sport, std::span<const uint8_t> packet, const wire::PacketView& view) {
+  if (sink_)
+    sink_->deliver(src, view);
+  else
+    up_->receive(src, sport, packet);
+}
+
+void FaultyLink::receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+  up_->receive(src, sport, packet);
+}
+
+void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+  wire::PacketView view;
+  if (!admit(src, sport, packet, view)) return;
+  if (filter_.active()) {
+    faults::FaultDecision d = filter_.decide({faults::Direction::rx, device_, &view});
+    if (d.fired) {
+      switch (d.action) {
+        case faults::FaultAction::drop:
+          counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+          return;
+        case faults::FaultAction::corrupt:
+          // As if it had arrived damaged: the ICRC check drops it.
+          counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
+          counters_.rx_icrc_errors.fetch_add(1, std::memory_order_relaxed);
+          return;
+        case faults::FaultAction::duplicate:
+          counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
+          receive_unfaulted(src, sport, packet);
+          break;
+        case faults::FaultAction::delay:
+          counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
+          scheduler_.after(std::chrono::microseconds(d.delay_us),
+                           [this, held = Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end())}]() mutable {
+                             {
+                               std::lock_guard lock(due_mu_);
+                               due_rx_.push_back(std::move(held));
+                               due_pending_.store(true, std::memory_order_release);
+                             }
+                             up_->ready();
+                           });
+          return;
+        case faults::FaultAction::reorder:
+          if (!held_rx_) {
+            counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
+            held_rx_.emplace(Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end())});
+            // Handled after the next packet, or after a short while if none follows.
+            scheduler_.after(kReorderHold, [this] {
+              hold_expired_.store(true, std::memory_order_release);
+              up_->ready();
+            });
+            return;
+          }
+          break;
+        case faults::FaultAction::nak:
+          if (sink_ && view.op->is_request && sink_->forge_nak(view, d.syndrome)) {
+            counters_.faults_naks_forged.fetch_add(1, std::memory_order_relaxed);
+            return;
+          }
+          break;
+        default:
+          break;  // verb actions never reach packets
+      }
+    }
+  }
+  deliver(src, sport, packet, view);
+  if (held_rx_) {
+    Datagram held = std::move(*held_rx_);
+    held_rx_.reset();
+    receive_unfaulted(held.src, held.sport, held.bytes);
+  }
+}
+
+bool FaultyLink::drain() {
+  bool any = false;
+  if (due_pending_.load(std::memory_order_acquire)) {
+    std::deque<Datagram> due;
+    {
+      std::lock_guard lock(due_mu_);
+      due.swap(due_rx_);
+      due_pending_.store(false, std::memory_order_relaxed);
+    }
+    for (const Datagram& d : due) {
+      any = true;
+      receive_unfaulted(d.src, d.sport, d.bytes);
+    }
+  }
+  if (hold_expired_.load(std::memory_order_acquire) && hold_expired_.exchange(false) && held_rx_) {
+    Datagram held = std::move(*held_rx_);
+    held_rx_.reset();
+    any = true;
+    receive_unfaulted(held.src, held.sport, held.bytes);
+  }
+  return inner_.drain() || any;
+}
+
+}  // namespace softverbs::fabric

@@ -1,0 +1,77 @@
+// The packet-fault layer (docs/faults.md) as a link decorator: on the way out
+// and on the way in, each packet is offered to a faults::PacketFilter, and what
+// the filter decides (drop, duplicate, corrupt, delay, reorder, forged NAK) is
+// carried out here, with delays through the Scheduler.
+//
+// On the receive side the layer sits between the device's checks and delivery
+// (PacketSink): a packet that fails the ICRC or arrives at a port that is down
+// never reaches the rules. Packets the layer holds back (delay, reorder) are
+// handed on from drain(), under the caller's serialisation, after the
+// scheduler has called the receiver's ready().
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.hpp"
+#include "fabric/link.hpp"
+#include "faults/filter.hpp"
+
+namespace softverbs::fabric {
+
+class FaultyLink final : public LinkDecorator {
+ public:
+  // `device` is the name rules match against.
+  FaultyLink(Link& inner, faults::PacketFilter& filter, Scheduler& scheduler, LinkCounters& counters,
+             std::string device);
+
+  // A PacketSink gets the full layer; any other receiver gets it after a plain
+  // parse (no ICRC check), and no forged NAKs.
+  void attach(Receiver& receiver) override;
+  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  // Held-back packets that are due, then the inner link's batch.
+  bool drain() override;
+
+ private:
+  struct Datagram {
+    in_addr src;
+    uint16_t sport;
+    std::vector<uint8_t> bytes;
+  };
+
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override;
+  // The receiver's two stages (see PacketSink).
+  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view);
+  void deliver(in_addr src, uint16_t sport, std::span<const uint8_t> packet, const wire::PacketView& view);
+  // Both stages, without the fault layer (held-back and duplicated packets).
+  void receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet);
+  // The reordered packet goes after the one just sent.
+  void send_held();
+
+  faults::PacketFilter& filter_;
+  Scheduler& scheduler_;
+  LinkCounters& counters_;
+  std::string device_;
+  PacketSink* sink_ = nullptr;
+
+  // Reordering on the way out: a packet held back until the next one has gone.
+  std::mutex held_mu_;
+  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held_tx_;
+  std::atomic<bool> has_held_tx_{false};  // skips held_mu_ on the common path
+
+  // On the way in: the held-back packet (under the drain's serialisation), and
+  // what the scheduler has made due.
+  std::optional<Datagram> held_rx_;
+  std::atomic<bool> hold_expired_{false};
+  std::mutex due_mu_;
+  std::deque<Datagram> due_rx_;
+  std::atomic<bool> due_pending_{false};
+};
+
+}  // namespace softverbs::fabric

@@ -1,0 +1,107 @@
+// The network seam of a device: the Link it sends packets through and receives
+// them from, and the Receiver a link hands datagrams to.
+//
+// A device's link is a chain assembled once per device (emu/device/device.cpp):
+//   FaultyLink (packet faults) -> TapLink (counters, capture) -> LocalLink
+//   (devices of this process) -> UdpLink (the socket on 127.x:4791).
+// Packets are UDP payloads (BTH..ICRC), always from and to UDP port 4791 on the
+// destination side. Sending may happen on any thread; receiving happens only in
+// drain(), which the caller serialises (the device's receive lock), and in the
+// link's own scheduled work, which goes through the receiver's ready().
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "wire/packet.hpp"
+
+namespace softverbs::fabric {
+
+// What a link counts, as part of the device's counters (emu/objects/objects.hpp).
+struct LinkCounters {
+  std::atomic<uint64_t> tx_packets{0}, rx_packets{0}, rx_icrc_errors{0};
+  // What the fault layer did (docs/faults.md).
+  std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
+      faults_reordered{0}, faults_naks_forged{0};
+};
+
+class Receiver {
+ public:
+  virtual ~Receiver() = default;
+  // One datagram from src:sport. Called from drain() (or inject()), so never
+  // concurrently.
+  virtual void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) = 0;
+  // Datagrams may be waiting: called on the scheduler's thread; the receiver
+  // drains the link under whatever serialises its drains.
+  virtual void ready() = 0;
+};
+
+// A device's receive path, in the two stages the fault layer sits between: the
+// checks every datagram passes (counting, port state, ICRC and header parse),
+// then delivery to its QP.
+class PacketSink : public Receiver {
+ public:
+  // False when the datagram stops here (counted by the sink); else `view` is it, parsed.
+  virtual bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) = 0;
+  virtual void deliver(in_addr src, const wire::PacketView& view) = 0;
+  // The fault layer's forged NAK for a request (docs/faults.md "nak"): false if
+  // no QP of the sink takes it.
+  virtual bool forge_nak(const wire::PacketView& view, uint8_t syndrome) = 0;
+
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) final {
+    wire::PacketView view;
+    if (admit(src, sport, packet, view)) deliver(src, view);
+  }
+};
+
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Where received datagrams go; called once, before any other call.
+  virtual void attach(Receiver& receiver) = 0;
+  // Sends one packet to dst:4791. A packet that cannot go is lost, as on a
+  // congested link: the reliable transport recovers it.
+  virtual void send(in_addr dst, std::span<const uint8_t> packet) = 0;
+  // Hands the datagrams waiting now to the receiver without blocking; false if
+  // there were none. Callers serialise drains (the device's receive lock).
+  virtual bool drain() = 0;
+  // Makes the scheduler call the receiver's ready() whenever datagrams arrive
+  // (idempotent).
+  virtual void watch() = 0;
+  // Hands a datagram to the receive path above this link as if it had arrived
+  // (fuzzing and tests of hostile input). Serialised as drain() is.
+  virtual void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) = 0;
+  // For diagnostics: what waits in the link ("socket N bytes, local M").
+  virtual std::string rx_state() = 0;
+};
+
+// A link that wraps another and passes everything through; subclasses override
+// what they change. It is the inner link's receiver.
+class LinkDecorator : public Link, protected Receiver {
+ public:
+  explicit LinkDecorator(Link& inner) : inner_(inner) {}
+  void attach(Receiver& receiver) override {
+    up_ = &receiver;
+    inner_.attach(*this);
+  }
+  void send(in_addr dst, std::span<const uint8_t> packet) override { inner_.send(dst, packet); }
+  bool drain() override { return inner_.drain(); }
+  void watch() override { inner_.watch(); }
+  void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override { receive(src, sport, packet); }
+  std::string rx_state() override { return inner_.rx_state(); }
+
+ protected:
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
+    up_->receive(src, sport, packet);
+  }
+  void ready() override { up_->ready(); }
+
+  Link& inner_;
+  Receiver* up_ = nullptr;
+};
+
+}  // namespace softverbs::fabric

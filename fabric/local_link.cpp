@@ -1,0 +1,68 @@
+// LocalLink: the in-process queue between devices of one process.
+#include "fabric/local_link.hpp"
+
+#include "wire/headers.hpp"
+
+namespace softverbs::fabric {
+
+LocalLink::LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside)
+    : hub_(hub), addr_(addr), scheduler_(scheduler), outside_(outside) {}
+
+void LocalLink::attach(Receiver& receiver) {
+  up_ = &receiver;
+  if (outside_) outside_->attach(*this);
+  hub_.add(addr_, this);
+}
+
+void LocalLink::send(in_addr dst, std::span<const uint8_t> packet) {
+  if (LocalLink* peer = hub_.find(dst)) {
+    peer->enqueue(addr_, packet);
+    return;
+  }
+  if (outside_) outside_->send(dst, packet);
+}
+
+void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.emplace_back(src, std::vector<uint8_t>(packet.begin(), packet.end()));
+  }
+  if (!pending_.exchange(true)) {
+    watch();
+    scheduler_.post([this] { up_->ready(); });
+  }
+}
+
+bool LocalLink::drain() {
+  bool any = outside_ && outside_->drain();
+  if (pending_.load(std::memory_order_acquire)) {
+    std::deque<std::pair<in_addr, std::vector<uint8_t>>> batch;
+    {
+      std::lock_guard lock(mu_);
+      batch.swap(queue_);
+      pending_.store(false, std::memory_order_release);
+    }
+    for (auto& [src, bytes] : batch) {
+      any = true;
+      up_->receive(src, wire::kRoceV2UdpPort, bytes);
+    }
+  }
+  return any;
+}
+
+void LocalLink::watch() {
+  std::call_once(watched_, [this] {
+    if (outside_) outside_->watch();
+  });
+}
+
+std::string LocalLink::rx_state() {
+  size_t local = 0;
+  {
+    std::lock_guard lock(mu_);
+    local = queue_.size();
+  }
+  return (outside_ ? outside_->rx_state() + ", " : std::string()) + "local " + std::to_string(local);
+}
+
+}  // namespace softverbs::fabric

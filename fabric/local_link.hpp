@@ -1,0 +1,72 @@
+// The link between devices of one process: a packet to a device of this
+// process goes into that device's queue instead of a socket, with the same
+// packet semantics. Packets to any other address go to the outside link (the
+// UDP socket), if there is one.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "core/clock.hpp"
+#include "fabric/link.hpp"
+
+namespace softverbs::fabric {
+
+class LocalLink;
+
+// The devices of one process by address. Links join it when attached, all
+// before any traffic (the device list is built once), so lookups take no lock.
+class LocalHub {
+ public:
+  void add(in_addr addr, LocalLink* link) { links_.emplace_back(addr.s_addr, link); }
+  LocalLink* find(in_addr addr) const {
+    for (const auto& [a, l] : links_)
+      if (a == addr.s_addr) return l;
+    return nullptr;
+  }
+
+ private:
+  std::vector<std::pair<in_addr_t, LocalLink*>> links_;
+};
+
+class LocalLink final : public Link, private Receiver {
+ public:
+  // Datagrams queued for this link are announced through the scheduler.
+  LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside = nullptr);
+
+  void attach(Receiver& receiver) override;
+  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  // The outside link's batch, then everything queued by devices of this process.
+  bool drain() override;
+  void watch() override;
+  void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
+    up_->receive(src, sport, packet);
+  }
+  std::string rx_state() override;
+
+ private:
+  // A packet from the device at src (on another thread).
+  void enqueue(in_addr src, std::span<const uint8_t> packet);
+  // From the outside link, passed up.
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
+    up_->receive(src, sport, packet);
+  }
+  void ready() override { up_->ready(); }
+
+  LocalHub& hub_;
+  in_addr addr_;
+  Scheduler& scheduler_;
+  Link* outside_;
+  Receiver* up_ = nullptr;
+  std::once_flag watched_;
+  std::mutex mu_;
+  std::deque<std::pair<in_addr, std::vector<uint8_t>>> queue_;
+  std::atomic<bool> pending_{false};
+};
+
+}  // namespace softverbs::fabric

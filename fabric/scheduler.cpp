@@ -1,0 +1,168 @@
+// The real-time scheduler: one Asio io_context, one thread, and a timer queue
+// served by a single Asio timer (see at()).
+#include "fabric/scheduler.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "core/log.hpp"
+#include "faults/process.hpp"
+
+namespace softverbs::fabric {
+
+struct RealTimeScheduler::Engine {
+  struct Entry {
+    Clock::time_point when;
+    uint64_t seq;  // equal deadlines run in the order they were asked for
+    mutable Task task;
+    bool operator>(const Entry& o) const { return when != o.when ? when > o.when : seq > o.seq; }
+  };
+  struct Watch {
+    boost::asio::posix::stream_descriptor fd;
+    std::function<void()> on_ready;
+  };
+
+  explicit Engine(const Clock& c) : clock(c) {}
+
+  void rearm();
+  void run_due();
+  void arm(Watch* w);
+
+  const Clock& clock;
+  boost::asio::io_context io;
+  std::thread thread;
+
+  // The timer queue (mu guards the heap and kick_pending); `timer` and its
+  // deadline are touched only on the engine's thread, as Asio timers are not
+  // thread-safe.
+  std::mutex mu;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  uint64_t next_seq = 0;
+  bool kick_pending = false;
+  boost::asio::steady_timer timer{io};
+
+  std::vector<std::unique_ptr<Watch>> watches;  // engine's thread only; destroyed before io
+};
+
+RealTimeScheduler::RealTimeScheduler() : clock_(real_clock()), engine_(std::make_unique<Engine>(clock_)) {}
+
+RealTimeScheduler::~RealTimeScheduler() {
+  engine_->io.stop();
+  if (engine_->thread.joinable()) engine_->thread.join();
+}
+
+RealTimeScheduler& RealTimeScheduler::instance() {
+  static RealTimeScheduler* s = [] {
+    auto* p = new RealTimeScheduler;  // lives until exit: other threads may still post
+    p->process_wide_ = true;
+    return p;
+  }();
+  return *s;
+}
+
+
+void RealTimeScheduler::ensure_started() {
+  std::call_once(started_, [this] {
+    engine_->thread = std::thread([e = engine_.get()] {
+      auto guard = boost::asio::make_work_guard(e->io);
+      for (;;) {
+        try {
+          e->io.run();
+          break;
+        } catch (const std::exception& ex) {
+          SV_LOG(kError, "progress thread: %s", ex.what());
+        }
+      }
+    });
+    // The process's engine is never destroyed: its thread must not keep exit
+    // waiting (a scheduler that is destroyed joins it instead).
+    if (process_wide_) engine_->thread.detach();
+  });
+}
+
+void RealTimeScheduler::post(Task f) {
+  ensure_started();
+  boost::asio::post(engine_->io, std::move(f));
+}
+
+// Deadlines wait in one heap served by one Asio timer: asking for a moment costs
+// a heap push, and a post only when it becomes the earliest deadline. Entries
+// are never cancelled (see Scheduler::at).
+void RealTimeScheduler::at(Clock::time_point when, Task f) {
+  ensure_started();
+  Engine& e = *engine_;
+  bool kick = false;
+  {
+    std::lock_guard lock(e.mu);
+    const uint64_t seq = e.next_seq++;
+    e.heap.push({when, seq, std::move(f)});
+    if (e.heap.top().seq == seq && !e.kick_pending) kick = e.kick_pending = true;
+  }
+  if (kick) boost::asio::post(e.io, [&e] { e.rearm(); });
+}
+
+void RealTimeScheduler::Engine::rearm() {
+  Clock::time_point next;
+  {
+    std::lock_guard lock(mu);
+    kick_pending = false;
+    if (heap.empty()) return;
+    next = heap.top().when;
+  }
+  // Setting the expiry cancels the wait in place (its handler sees an error).
+  timer.expires_at(next);
+  timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) run_due();
+  });
+}
+
+void RealTimeScheduler::Engine::run_due() {
+  for (;;) {
+    Task f;
+    {
+      std::lock_guard lock(mu);
+      if (heap.empty() || heap.top().when > clock.now()) break;
+      f = std::move(heap.top().task);
+      heap.pop();
+    }
+    f();
+  }
+  rearm();
+}
+
+void RealTimeScheduler::watch_readable(int fd, std::function<void()> on_ready) {
+  post([e = engine_.get(), fd, on_ready = std::move(on_ready)]() mutable {
+    // Wrap a duplicate so Asio owns (and may close) its own descriptor.
+    int own = ::dup(fd);
+    if (own < 0) return;
+    e->watches.push_back(std::make_unique<Engine::Watch>(Engine::Watch{boost::asio::posix::stream_descriptor(e->io, own), std::move(on_ready)}));
+    e->arm(e->watches.back().get());
+  });
+}
+
+void RealTimeScheduler::Engine::arm(Watch* w) {
+  // Queued before the drain, so a datagram that lands after the drain's last
+  // read raises a new readiness edge for this wait.
+  w->fd.async_wait(boost::asio::posix::stream_descriptor::wait_read, [this, w](const boost::system::error_code& ec) {
+    if (ec) return;
+    arm(w);
+    w->on_ready();
+  });
+}
+
+}  // namespace softverbs::fabric
+
+// The scheduler the process's fault engine runs its timed rules on
+// (faults/process.hpp): the progress thread. Defined in this object on
+// purpose: the emulated devices' use of instance() is what brings this object
+// into a static link, and with it this definition, which faults/process.cpp
+// needs although the faults library comes after this one on the link line.
+softverbs::Scheduler& softverbs::faults::process_scheduler() { return fabric::RealTimeScheduler::instance(); }

@@ -1,0 +1,50 @@
+// The real-time Scheduler: the background progress thread (design.md §3).
+//
+// Protocol work runs inline in whichever application thread calls into the
+// engine (post_send runs the requester, poll_cq drains the device's link). This
+// thread covers what no application call would: packets arriving while the
+// application blocks in ibv_get_cq_event or does other work, and the transport
+// timers (local ACK timeout, RNR wait). It is a Boost.Asio io_context run by one
+// thread, started on first use, over softverbs::real_clock().
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "core/clock.hpp"
+
+namespace softverbs::fabric {
+
+class RealTimeScheduler final : public Scheduler {
+ public:
+  RealTimeScheduler();
+  // Stops the thread; tasks not yet run are dropped.
+  ~RealTimeScheduler() override;
+  RealTimeScheduler(const RealTimeScheduler&) = delete;
+  RealTimeScheduler& operator=(const RealTimeScheduler&) = delete;
+
+  // The process's progress engine (lives until exit: other threads may still post).
+  static RealTimeScheduler& instance();
+
+  const Clock& clock() const noexcept override { return clock_; }
+  void post(Task f) override;
+  void at(Clock::time_point when, Task f) override;
+
+  // Calls on_ready on the engine's thread whenever fd becomes readable, for the
+  // rest of this scheduler's life; on_ready drains fd (non-blocking). The wait
+  // is queued again before on_ready runs, so a datagram that lands after the
+  // drain's last read raises a new readiness edge. fd stays the caller's.
+  void watch_readable(int fd, std::function<void()> on_ready);
+
+ private:
+  struct Engine;
+  void ensure_started();
+
+  const Clock& clock_;
+  std::unique_ptr<Engine> engine_;
+  std::once_flag started_;
+  bool process_wide_ = false;  // instance(): never destroyed, its thread detached
+};
+
+}  // namespace softverbs::fabric

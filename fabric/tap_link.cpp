@@ -1,0 +1,19 @@
+// TapLink: transmit counter and packet capture.
+#include "fabric/tap_link.hpp"
+
+#include "wire/headers.hpp"
+
+namespace softverbs::fabric {
+
+void TapLink::send(in_addr dst, std::span<const uint8_t> packet) {
+  counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  if (pcap_) pcap_->write(clock_, self_, dst, wire::kRoceV2UdpPort, packet);
+  inner_.send(dst, packet);
+}
+
+void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+  if (pcap_ && !(hub_ && hub_->find(src))) pcap_->write(clock_, src, self_, sport, packet);
+  up_->receive(src, sport, packet);
+}
+
+}  // namespace softverbs::fabric
