@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/device/progress.hpp"
 #include "core/events.hpp"
 #include "core/log.hpp"

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/device/progress.hpp"
 #include "core/log.hpp"
 #include "faults/engine.hpp"
