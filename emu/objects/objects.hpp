@@ -1,4 +1,5 @@
-// The emulated device and the verbs objects it owns.
+// The emulated device and the verbs objects it owns (the QP, with its transport
+// engine, is in emu/qp/qp.hpp).
 //
 // Every object follows the same shape as in the verbs spec: validate the
 // attributes, allocate, initialise from the attributes. Each keeps its public

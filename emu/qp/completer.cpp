@@ -156,31 +156,31 @@ void Qp::completer_locked(const PacketView& pkt) {
   CompStep step = CompStep::get_ack;
   while (step != CompStep::done) {
     switch (step) {
-      case CompStep::get_ack: step = comp_get_ack(c); break;
-      case CompStep::check_psn: step = comp_check_psn(c); break;
-      case CompStep::check_ack: step = comp_check_ack(c); break;
-      case CompStep::ack: step = comp_ack(c); break;
-      case CompStep::rnr_nak: step = comp_rnr_nak(c); break;
-      case CompStep::rnr_retry: step = comp_rnr_retry(c); break;
-      case CompStep::seq_nak: step = comp_seq_nak(c); break;
-      case CompStep::retry: step = comp_retry(c); break;
-      case CompStep::error_nak: step = comp_error_nak(c); break;
-      case CompStep::read_resp: step = comp_read_resp(c); break;
-      case CompStep::do_read: step = comp_do_read(c); break;
-      case CompStep::do_atomic: step = comp_do_atomic(c); break;
-      case CompStep::update: step = comp_update(c); break;
-      case CompStep::error: step = comp_error(c); break;
+      case CompStep::get_ack: step = comp_get_ack_locked(c); break;
+      case CompStep::check_psn: step = comp_check_psn_locked(c); break;
+      case CompStep::check_ack: step = comp_check_ack_locked(c); break;
+      case CompStep::ack: step = comp_ack_locked(c); break;
+      case CompStep::rnr_nak: step = comp_rnr_nak_locked(c); break;
+      case CompStep::rnr_retry: step = comp_rnr_retry_locked(c); break;
+      case CompStep::seq_nak: step = comp_seq_nak_locked(c); break;
+      case CompStep::retry: step = comp_retry_locked(c); break;
+      case CompStep::error_nak: step = comp_error_nak_locked(c); break;
+      case CompStep::read_resp: step = comp_read_resp_locked(c); break;
+      case CompStep::do_read: step = comp_do_read_locked(c); break;
+      case CompStep::do_atomic: step = comp_do_atomic_locked(c); break;
+      case CompStep::update: step = comp_update_locked(c); break;
+      case CompStep::error: step = comp_error_locked(c); break;
       case CompStep::done: break;
     }
   }
 }
 
-CompStep Qp::comp_get_ack(CompContext&) {
+CompStep Qp::comp_get_ack_locked(CompContext&) {
   // Only a reliable connection has responses.
   return type_ == IBV_QPT_RC ? CompStep::check_psn : CompStep::done;
 }
 
-CompStep Qp::comp_check_psn(CompContext& c) {
+CompStep Qp::comp_check_psn_locked(CompContext& c) {
   const uint32_t psn = c.pkt.bth.psn;
   // Responses for PSNs never sent, or for requests already acknowledged, are
   // ghosts or duplicates (a late or repeated ACK or NAK): ignore them (IBTA 9.9.2.1).
@@ -196,7 +196,7 @@ CompStep Qp::comp_check_psn(CompContext& c) {
   return CompStep::check_ack;
 }
 
-CompStep Qp::comp_check_ack(CompContext& c) {
+CompStep Qp::comp_check_ack_locked(CompContext& c) {
   switch (c.pkt.op->op_class) {
     case OpClass::ack: {
       const Aeth& a = c.pkt.aeth;
@@ -246,19 +246,19 @@ void Qp::ack_through_locked(CompContext& c, uint32_t upto_exclusive) {
   }
 }
 
-CompStep Qp::comp_ack(CompContext& c) {
+CompStep Qp::comp_ack_locked(CompContext& c) {
   ack_through_locked(c, psn_add(c.pkt.bth.psn, 1));
   return CompStep::update;
 }
 
-CompStep Qp::comp_rnr_nak(CompContext& c) {
+CompStep Qp::comp_rnr_nak_locked(CompContext& c) {
   // Receiver not ready (IBTA 9.7.5.2.8): what precedes the PSN is acknowledged.
   device().counters().rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
   ack_through_locked(c, c.pkt.bth.psn);
   return CompStep::rnr_retry;
 }
 
-CompStep Qp::comp_rnr_retry(CompContext& c) {
+CompStep Qp::comp_rnr_retry_locked(CompContext& c) {
   const uint32_t psn = c.pkt.bth.psn;
   const Aeth& a = c.pkt.aeth;
   if (attr_.rnr_retry != 7) {  // 7 means retry forever (IBTA 9.7.5.2.8)
@@ -277,7 +277,7 @@ CompStep Qp::comp_rnr_retry(CompContext& c) {
   return CompStep::done;
 }
 
-CompStep Qp::comp_seq_nak(CompContext& c) {
+CompStep Qp::comp_seq_nak_locked(CompContext& c) {
   const uint32_t psn = c.pkt.bth.psn;
   device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
   // A sequence NAK past a read or atomic still waiting for its response
@@ -293,7 +293,7 @@ CompStep Qp::comp_seq_nak(CompContext& c) {
   return CompStep::retry;
 }
 
-CompStep Qp::comp_retry(CompContext& c) {
+CompStep Qp::comp_retry_locked(CompContext& c) {
   // Go back to the PSN the responder expects (IBTA 9.7.5.1.4), within retry_cnt.
   if (comp_.retry_left == 0) {
     c.status = IBV_WC_RETRY_EXC_ERR;
@@ -304,7 +304,7 @@ CompStep Qp::comp_retry(CompContext& c) {
   return CompStep::update;
 }
 
-CompStep Qp::comp_error_nak(CompContext& c) {
+CompStep Qp::comp_error_nak_locked(CompContext& c) {
   // The request at the NAK's PSN failed at the responder; those before it are
   // acknowledged (IBTA 9.7.5.2.3 .. 9.7.5.2.6).
   device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
@@ -313,7 +313,7 @@ CompStep Qp::comp_error_nak(CompContext& c) {
   return CompStep::error;
 }
 
-CompStep Qp::comp_read_resp(CompContext& c) {
+CompStep Qp::comp_read_resp_locked(CompContext& c) {
   const uint32_t psn = c.pkt.bth.psn;
   // Responses arrive in PSN order; a gap means some were lost: ask again
   // from the first missing one (IBTA 9.7.5.1.6).
@@ -353,7 +353,7 @@ CompStep Qp::comp_read_resp(CompContext& c) {
   return want_atomic ? CompStep::do_atomic : CompStep::do_read;
 }
 
-CompStep Qp::comp_do_atomic(CompContext& c) {
+CompStep Qp::comp_do_atomic_locked(CompContext& c) {
   SendWqe& w = *c.wqe;
   std::shared_lock mr_lock(device().mr_lock());
   std::vector<std::span<uint8_t>> spans;
@@ -371,7 +371,7 @@ CompStep Qp::comp_do_atomic(CompContext& c) {
   return CompStep::update;
 }
 
-CompStep Qp::comp_do_read(CompContext& c) {
+CompStep Qp::comp_do_read_locked(CompContext& c) {
   SendWqe& w = *c.wqe;
   const uint32_t psn = c.pkt.bth.psn;
   std::shared_lock mr_lock(device().mr_lock());
@@ -401,7 +401,7 @@ CompStep Qp::comp_do_read(CompContext& c) {
   return CompStep::update;
 }
 
-CompStep Qp::comp_update(CompContext& c) {
+CompStep Qp::comp_update_locked(CompContext& c) {
   if (c.progressed) {
     comp_.retry_left = attr_.retry_cnt;
     comp_.rnr_retry_left = attr_.rnr_retry;
@@ -414,7 +414,7 @@ CompStep Qp::comp_update(CompContext& c) {
   return CompStep::done;
 }
 
-CompStep Qp::comp_error(CompContext& c) {
+CompStep Qp::comp_error_locked(CompContext& c) {
   fail_send_locked(c.failed, c.status);
   return CompStep::done;
 }

@@ -107,45 +107,48 @@ class Qp {
   void retransmit_from_locked(uint32_t psn);
 
   // ---- completer (completer.cpp) -------------------------------------------
+  // Runs the steps of completer.hpp: one function per step, each returning the next.
   void completer_locked(const wire::PacketView& pkt);
-  CompStep comp_get_ack(CompContext& c);
-  CompStep comp_check_psn(CompContext& c);
-  CompStep comp_check_ack(CompContext& c);
-  CompStep comp_ack(CompContext& c);
-  CompStep comp_rnr_nak(CompContext& c);
-  CompStep comp_rnr_retry(CompContext& c);
-  CompStep comp_seq_nak(CompContext& c);
-  CompStep comp_retry(CompContext& c);
-  CompStep comp_error_nak(CompContext& c);
-  CompStep comp_read_resp(CompContext& c);
-  CompStep comp_do_read(CompContext& c);
-  CompStep comp_do_atomic(CompContext& c);
-  CompStep comp_update(CompContext& c);
-  CompStep comp_error(CompContext& c);
+  CompStep comp_get_ack_locked(CompContext& c);
+  CompStep comp_check_psn_locked(CompContext& c);
+  CompStep comp_check_ack_locked(CompContext& c);
+  CompStep comp_ack_locked(CompContext& c);
+  CompStep comp_rnr_nak_locked(CompContext& c);
+  CompStep comp_rnr_retry_locked(CompContext& c);
+  CompStep comp_seq_nak_locked(CompContext& c);
+  CompStep comp_retry_locked(CompContext& c);
+  CompStep comp_error_nak_locked(CompContext& c);
+  CompStep comp_read_resp_locked(CompContext& c);
+  CompStep comp_do_read_locked(CompContext& c);
+  CompStep comp_do_atomic_locked(CompContext& c);
+  CompStep comp_update_locked(CompContext& c);
+  CompStep comp_error_locked(CompContext& c);
   void ack_through_locked(CompContext& c, uint32_t upto_exclusive);
   void retire_acked_locked();
   void check_drained_locked();
 
   // ---- responder (responder.cpp) -------------------------------------------
+  // Runs the steps of responder.hpp: one function per step, each returning the
+  // next; the error steps go through kRespErrors to resp_error_locked.
   void responder_locked(const wire::PacketView& pkt, in_addr src);
-  RespStep resp_check_op_valid(RespContext& r);
-  RespStep resp_establish(RespContext& r);
-  RespStep resp_check_psn(RespContext& r);
-  RespStep resp_duplicate(RespContext& r);
-  RespStep resp_nak_psn(RespContext& r);
-  RespStep resp_check_op_seq(RespContext& r);
-  RespStep resp_check_rkey(RespContext& r);
-  RespStep resp_check_resources(RespContext& r);
-  RespStep resp_rnr(RespContext& r);
-  RespStep resp_check_length(RespContext& r);
-  RespStep resp_execute(RespContext& r);
-  RespStep resp_execute_send(RespContext& r);
-  RespStep resp_execute_write(RespContext& r);
-  RespStep resp_execute_read(RespContext& r);
-  RespStep resp_execute_atomic(RespContext& r);
-  RespStep resp_acknowledge(RespContext& r);
-  RespStep resp_drop(RespContext& r);
-  RespStep resp_error(RespContext& r, const RespErrorRow& e);
+  RespStep resp_check_op_valid_locked(RespContext& r);
+  RespStep resp_establish_locked(RespContext& r);
+  RespStep resp_check_psn_locked(RespContext& r);
+  RespStep resp_duplicate_locked(RespContext& r);
+  RespStep resp_nak_psn_locked(RespContext& r);
+  RespStep resp_check_op_seq_locked(RespContext& r);
+  RespStep resp_check_rkey_locked(RespContext& r);
+  RespStep resp_check_resources_locked(RespContext& r);
+  RespStep resp_rnr_locked(RespContext& r);
+  RespStep resp_check_length_locked(RespContext& r);
+  RespStep resp_execute_locked(RespContext& r);
+  RespStep resp_execute_send_locked(RespContext& r);
+  RespStep resp_execute_write_locked(RespContext& r);
+  RespStep resp_execute_read_locked(RespContext& r);
+  RespStep resp_execute_atomic_locked(RespContext& r);
+  RespStep resp_acknowledge_locked(RespContext& r);
+  RespStep resp_drop_locked(RespContext& r);
+  RespStep resp_error_locked(RespContext& r, const RespErrorRow& e);
   void send_ack_locked(wire::Aeth aeth, uint32_t psn);
   void send_atomic_ack_locked(uint32_t psn, uint64_t orig);
   void rnr_nak_locked(uint32_t psn);

@@ -229,30 +229,30 @@ void Qp::responder_locked(const PacketView& pkt, in_addr src) {
   RespStep step = RespStep::check_op_valid;
   while (step != RespStep::done) {
     switch (step) {
-      case RespStep::check_op_valid: step = resp_check_op_valid(r); break;
-      case RespStep::establish: step = resp_establish(r); break;
-      case RespStep::check_psn: step = resp_check_psn(r); break;
-      case RespStep::duplicate: step = resp_duplicate(r); break;
-      case RespStep::nak_psn: step = resp_nak_psn(r); break;
-      case RespStep::check_op_seq: step = resp_check_op_seq(r); break;
-      case RespStep::check_rkey: step = resp_check_rkey(r); break;
-      case RespStep::check_resources: step = resp_check_resources(r); break;
-      case RespStep::rnr: step = resp_rnr(r); break;
-      case RespStep::check_length: step = resp_check_length(r); break;
-      case RespStep::execute: step = resp_execute(r); break;
-      case RespStep::acknowledge: step = resp_acknowledge(r); break;
-      case RespStep::drop: step = resp_drop(r); break;
+      case RespStep::check_op_valid: step = resp_check_op_valid_locked(r); break;
+      case RespStep::establish: step = resp_establish_locked(r); break;
+      case RespStep::check_psn: step = resp_check_psn_locked(r); break;
+      case RespStep::duplicate: step = resp_duplicate_locked(r); break;
+      case RespStep::nak_psn: step = resp_nak_psn_locked(r); break;
+      case RespStep::check_op_seq: step = resp_check_op_seq_locked(r); break;
+      case RespStep::check_rkey: step = resp_check_rkey_locked(r); break;
+      case RespStep::check_resources: step = resp_check_resources_locked(r); break;
+      case RespStep::rnr: step = resp_rnr_locked(r); break;
+      case RespStep::check_length: step = resp_check_length_locked(r); break;
+      case RespStep::execute: step = resp_execute_locked(r); break;
+      case RespStep::acknowledge: step = resp_acknowledge_locked(r); break;
+      case RespStep::drop: step = resp_drop_locked(r); break;
       case RespStep::done: break;
       default: {
         const RespErrorRow* e = resp_error_row(step);
-        step = e ? resp_error(r, *e) : RespStep::done;
+        step = e ? resp_error_locked(r, *e) : RespStep::done;
         break;
       }
     }
   }
 }
 
-RespStep Qp::resp_check_op_valid(RespContext& r) {
+RespStep Qp::resp_check_op_valid_locked(RespContext& r) {
   // An opcode of another transport service is silently dropped (IBTA 9.6.1),
   // before it can touch the PSN state.
   const bool uc = type_ == IBV_QPT_UC;
@@ -260,12 +260,12 @@ RespStep Qp::resp_check_op_valid(RespContext& r) {
   return RespStep::establish;
 }
 
-RespStep Qp::resp_drop(RespContext&) {
+RespStep Qp::resp_drop_locked(RespContext&) {
   device().counters().rx_dropped.fetch_add(1, std::memory_order_relaxed);
   return RespStep::done;
 }
 
-RespStep Qp::resp_establish(RespContext&) {
+RespStep Qp::resp_establish_locked(RespContext&) {
   if (attr_.qp_state == IBV_QPS_RTR && !resp_.comm_established) {
     // IBTA 11.6.3: the first packet received in RTR establishes communication.
     resp_.comm_established = true;
@@ -277,7 +277,7 @@ RespStep Qp::resp_establish(RespContext&) {
   return RespStep::check_psn;
 }
 
-RespStep Qp::resp_check_psn(RespContext& r) {
+RespStep Qp::resp_check_psn_locked(RespContext& r) {
   const uint32_t psn = r.psn;
   if (r.rc) {
     const int32_t d = psn_diff(psn, resp_.epsn);
@@ -300,7 +300,7 @@ RespStep Qp::resp_check_psn(RespContext& r) {
   return RespStep::check_op_seq;
 }
 
-RespStep Qp::resp_nak_psn(RespContext& r) {
+RespStep Qp::resp_nak_psn_locked(RespContext& r) {
   // Out of sequence (IBTA 9.7.5.1.2, class B): one NAK, then silence until the
   // expected PSN arrives.
   SV_LOG(kDebug, "qp 0x%06x: request psn %u out of sequence, expected %u%s", qpn(), r.psn, resp_.epsn,
@@ -313,7 +313,7 @@ RespStep Qp::resp_nak_psn(RespContext& r) {
   return RespStep::done;
 }
 
-RespStep Qp::resp_duplicate(RespContext& r) {
+RespStep Qp::resp_duplicate_locked(RespContext& r) {
   // A duplicate (IBTA 9.7.5.1.1): acknowledge sends and writes again without
   // executing them, re-execute reads, answer atomics from the saved result.
   const PacketView& pkt = r.pkt;
@@ -339,14 +339,14 @@ RespStep Qp::resp_duplicate(RespContext& r) {
   return RespStep::done;
 }
 
-RespStep Qp::resp_check_op_seq(RespContext& r) {
+RespStep Qp::resp_check_op_seq_locked(RespContext& r) {
   // IBTA 9.7.5.1.3 (RC, class C) and 9.8.3 (UC, class D): the packets of a
   // message arrive FIRST, MIDDLE..., LAST, and messages do not interleave.
   if (!next_opcode_valid(resp_.prev_opcode, r.op.opcode)) return RespStep::err_op_seq;
   return RespStep::check_rkey;
 }
 
-RespStep Qp::resp_check_rkey(RespContext& r) {
+RespStep Qp::resp_check_rkey_locked(RespContext& r) {
   // From here on the request uses registered memory.
   r.mr_lock = std::shared_lock(device().mr_lock());
   const PacketView& pkt = r.pkt;
@@ -385,13 +385,13 @@ RespStep Qp::resp_check_rkey(RespContext& r) {
   }
 }
 
-RespStep Qp::resp_check_resources(RespContext& r) {
+RespStep Qp::resp_check_resources_locked(RespContext& r) {
   // SENDs and RDMA WRITEs with immediate consume a receive WQE.
   if (r.op.needs_recv_wqe && !take_recv_wqe_locked()) return RespStep::rnr;
   return RespStep::check_length;
 }
 
-RespStep Qp::resp_rnr(RespContext& r) {
+RespStep Qp::resp_rnr_locked(RespContext& r) {
   r.mr_lock.unlock();
   if (r.rc) {
     rnr_nak_locked(r.psn);
@@ -401,7 +401,7 @@ RespStep Qp::resp_rnr(RespContext& r) {
   return RespStep::done;
 }
 
-RespStep Qp::resp_check_length(RespContext& r) {
+RespStep Qp::resp_check_length_locked(RespContext& r) {
   const uint64_t plen = r.pkt.payload.size();
   const uint32_t mtu = mtu_bytes();
   const bool ends = r.op.ends_message();
@@ -417,22 +417,22 @@ RespStep Qp::resp_check_length(RespContext& r) {
   return RespStep::execute;
 }
 
-RespStep Qp::resp_execute(RespContext& r) {
+RespStep Qp::resp_execute_locked(RespContext& r) {
   switch (r.op.op_class) {
     case OpClass::send:
-      return resp_execute_send(r);
+      return resp_execute_send_locked(r);
     case OpClass::rdma_write:
-      return resp_execute_write(r);
+      return resp_execute_write_locked(r);
     case OpClass::rdma_read_request:
-      return resp_execute_read(r);
+      return resp_execute_read_locked(r);
     case OpClass::atomic:
-      return resp_execute_atomic(r);
+      return resp_execute_atomic_locked(r);
     default:
       return RespStep::done;
   }
 }
 
-RespStep Qp::resp_execute_send(RespContext& r) {
+RespStep Qp::resp_execute_send_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint64_t plen = pkt.payload.size();
   std::vector<std::span<uint8_t>> spans;
@@ -455,7 +455,7 @@ RespStep Qp::resp_execute_send(RespContext& r) {
   return RespStep::acknowledge;
 }
 
-RespStep Qp::resp_execute_write(RespContext& r) {
+RespStep Qp::resp_execute_write_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint64_t plen = pkt.payload.size();
   if (plen) {
@@ -477,7 +477,7 @@ RespStep Qp::resp_execute_write(RespContext& r) {
   return RespStep::acknowledge;
 }
 
-RespStep Qp::resp_execute_read(RespContext& r) {
+RespStep Qp::resp_execute_read_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint32_t psn = r.psn;
   const uint64_t len = pkt.reth.dma_len;
@@ -492,7 +492,7 @@ RespStep Qp::resp_execute_read(RespContext& r) {
   return RespStep::done;
 }
 
-RespStep Qp::resp_execute_atomic(RespContext& r) {
+RespStep Qp::resp_execute_atomic_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint32_t psn = r.psn;
   const uint64_t va = pkt.atomic_eth.va;
@@ -514,7 +514,7 @@ RespStep Qp::resp_execute_atomic(RespContext& r) {
   return RespStep::done;
 }
 
-RespStep Qp::resp_acknowledge(RespContext& r) {
+RespStep Qp::resp_acknowledge_locked(RespContext& r) {
   resp_.prev_opcode = r.op.opcode;
   if (r.rc) {
     resp_.epsn = psn_add(r.psn, 1);
@@ -524,7 +524,7 @@ RespStep Qp::resp_acknowledge(RespContext& r) {
   return RespStep::done;
 }
 
-RespStep Qp::resp_error(RespContext& r, const RespErrorRow& e) {
+RespStep Qp::resp_error_locked(RespContext& r, const RespErrorRow& e) {
   if (r.mr_lock.owns_lock()) r.mr_lock.unlock();
   if (r.rc) {
     // RC (class C): NAK, fail the receive WQE in progress, error state.
