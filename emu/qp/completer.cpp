@@ -4,8 +4,9 @@
 #include <cstring>
 
 #include "emu/device/fault_actions.hpp"
-#include "emu/memory/sge.hpp"
 #include "emu/qp/qp.hpp"
+#include "emu/memory/sge.hpp"
+#include "emu/objects/objects.hpp"
 #include "emu/device/progress.hpp"
 #include "core/log.hpp"
 #include "wire/psn.hpp"

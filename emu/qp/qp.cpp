@@ -4,8 +4,9 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
-#include "emu/device/fault_actions.hpp"
 #include "emu/qp/qp.hpp"
+#include "emu/device/fault_actions.hpp"
+#include "emu/objects/objects.hpp"
 #include "emu/device/progress.hpp"
 #include "emu/qp/qp_state.hpp"
 #include "wire/opcode.hpp"
@@ -127,57 +128,59 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   if (has(IBV_QP_PATH_MIG_STATE)) attr_.path_mig_state = attr->path_mig_state;
   if (has(IBV_QP_EN_SQD_ASYNC_NOTIFY)) attr_.en_sqd_async_notify = attr->en_sqd_async_notify;
 
-  if (next != cur || has(IBV_QP_STATE)) {
-    attr_.qp_state = next;
-    attr_.cur_qp_state = next;
-    handle_.pub.qp_base.state = next;
-    if (next == IBV_QPS_RESET) {
-      // Reset discards every outstanding work request without a completion and
-      // returns the attributes to their initial values (IBTA 10.3.1 QP states).
-      sq_.clear();
-      rq_.clear();
-      resp_.rcv = ResponderState::Receiving{};
-      resp_.wr = ResponderState::Writing{};
-      resp_.resources.clear();
-      req_.tx_index = 0;
-      req_.tx_offset = 0;
-      req_.rnr_waiting = false;
-      error_pending_ = false;
-      deadline_ = {};
-      ibv_qp_attr fresh{};
-      fresh.cap = cap_;
-      attr_ = fresh;
-    } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
-      error_pending_ = false;
-      enter_error_locked();
-    } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
-      resp_.epsn = attr_.rq_psn;
-      resp_.msn = 0;
-      resp_.prev_opcode = wire::kNoPrevOpcode;
-      resp_.nak_sent = false;
-      resp_.uc_drop = type_ == IBV_QPT_UC;
-      resp_.comm_established = false;
-      device().start_progress();
-    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
-      req_.psn = comp_.unacked_psn = req_.sent_end_psn = attr_.sq_psn;
-      req_.tx_index = 0;
-      req_.tx_offset = 0;
-      comp_.retry_left = attr_.retry_cnt;
-      comp_.rnr_retry_left = attr_.rnr_retry;
-      req_.rnr_waiting = false;
-      if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
-      requester_locked();
-    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
-      attr_.sq_draining = 0;
-      requester_locked();
-    } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
-      // The send queue drains: messages under way finish, no new one starts
-      // (IBTA 10.3.1, Send Queue Drain state).
-      attr_.sq_draining = 1;
-      check_drained_locked();
-    }
-  }
+  if (next != cur || has(IBV_QP_STATE)) enter_state_locked(cur, next);
   return 0;
+}
+
+void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
+  attr_.qp_state = next;
+  attr_.cur_qp_state = next;
+  handle_.pub.qp_base.state = next;
+  if (next == IBV_QPS_RESET) {
+    // Reset discards every outstanding work request without a completion and
+    // returns the attributes to their initial values (IBTA 10.3.1 QP states).
+    sq_.clear();
+    rq_.clear();
+    resp_.rcv = ResponderState::Receiving{};
+    resp_.wr = ResponderState::Writing{};
+    resp_.resources.clear();
+    req_.tx_index = 0;
+    req_.tx_offset = 0;
+    req_.rnr_waiting = false;
+    error_pending_ = false;
+    deadline_ = {};
+    ibv_qp_attr fresh{};
+    fresh.cap = cap_;
+    attr_ = fresh;
+  } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+    error_pending_ = false;
+    enter_error_locked();
+  } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
+    resp_.epsn = attr_.rq_psn;
+    resp_.msn = 0;
+    resp_.prev_opcode = wire::kNoPrevOpcode;
+    resp_.nak_sent = false;
+    resp_.uc_drop = type_ == IBV_QPT_UC;
+    resp_.comm_established = false;
+    device().start_progress();
+  } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+    req_.psn = comp_.unacked_psn = req_.sent_end_psn = attr_.sq_psn;
+    req_.tx_index = 0;
+    req_.tx_offset = 0;
+    comp_.retry_left = attr_.retry_cnt;
+    comp_.rnr_retry_left = attr_.rnr_retry;
+    req_.rnr_waiting = false;
+    if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>([this] { on_timer(); });
+    requester_locked();
+  } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
+    attr_.sq_draining = 0;
+    requester_locked();
+  } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
+    // The send queue drains: messages under way finish, no new one starts
+    // (IBTA 10.3.1, Send Queue Drain state).
+    attr_.sq_draining = 1;
+    check_drained_locked();
+  }
 }
 
 int Qp::query(ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {

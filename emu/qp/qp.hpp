@@ -70,6 +70,8 @@ class Qp {
   void force_error(bool event);
 
  private:
+  // Moves the QP to `next` and does what the transition does to the roles (modify).
+  void enter_state_locked(ibv_qp_state cur, ibv_qp_state next);
   // A validated send work request into the send queue (post_send).
   void enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest);
 

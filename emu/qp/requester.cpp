@@ -6,8 +6,9 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
-#include "emu/memory/sge.hpp"
 #include "emu/qp/qp.hpp"
+#include "emu/memory/sge.hpp"
+#include "emu/objects/objects.hpp"
 #include "emu/device/progress.hpp"
 #include "core/log.hpp"
 #include "wire/psn.hpp"
