@@ -4,6 +4,7 @@
 
 #include "core/events.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/provider.hpp"
 
 namespace softverbs::emu {

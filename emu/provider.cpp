@@ -13,6 +13,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/memory/user_range.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/objects/ops.hpp"
 #include "core/events.hpp"
 

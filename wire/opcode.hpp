@@ -92,6 +92,12 @@ constexpr const OpcodeInfo& opcode_info(std::uint8_t opcode) noexcept;
 // opcode must carry.
 constexpr std::size_t header_offset(const OpcodeInfo& info, std::uint16_t bit) noexcept;
 
+// The request opcode of a transport service, class and position whose optional
+// headers include exactly `extra` of ext::imm and ext::ieth (e.g. RC, send, last,
+// ext::imm: RC_SEND_LAST_WITH_IMMEDIATE). 0xFF (invalid) when there is none.
+constexpr std::uint8_t request_opcode(Transport transport, OpClass op_class, Position position,
+                                      std::uint16_t extra) noexcept;
+
 // Use as `prev` for the first request on a QP, or after a message was dropped.
 inline constexpr std::uint8_t kNoPrevOpcode = 0xFF;
 
@@ -297,6 +303,16 @@ constexpr const OpcodeInfo& opcode_info(std::uint8_t opcode) noexcept {
 constexpr std::size_t header_offset(const OpcodeInfo& info, std::uint16_t bit) noexcept {
   // Headers below `bit` come first on the wire.
   return Bth::kSize + detail::ext_headers_len(info.headers & static_cast<std::uint16_t>(bit - 1));
+}
+
+constexpr std::uint8_t request_opcode(Transport transport, OpClass op_class, Position position,
+                                      std::uint16_t extra) noexcept {
+  for (const detail::OpcodeRow& r : detail::kOpcodeRows) {
+    if (detail::transport_of(r.opcode) == transport && r.op_class == op_class && r.position == position &&
+        (r.headers & (ext::imm | ext::ieth)) == extra)
+      return r.opcode;
+  }
+  return 0xFF;
 }
 
 constexpr bool next_opcode_valid(std::uint8_t prev, std::uint8_t cur) noexcept {

@@ -14,6 +14,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/device/fault_actions.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "core/log.hpp"
 #include "fabric/faulty_link.hpp"
 #include "fabric/scheduler.hpp"

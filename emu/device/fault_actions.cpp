@@ -5,6 +5,7 @@
 #include "emu/device/fault_actions.hpp"
 
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "core/events.hpp"
 #include "core/log.hpp"
 

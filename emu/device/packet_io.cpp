@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "core/log.hpp"
 
 namespace softverbs::emu {

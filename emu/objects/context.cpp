@@ -6,6 +6,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/device/fault_actions.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/objects/ops.hpp"
 #include "core/events.hpp"
 

@@ -8,6 +8,7 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 
 namespace softverbs::emu {
 namespace {

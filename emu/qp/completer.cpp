@@ -1,9 +1,10 @@
 // The completer: acknowledgements, NAKs, read responses and atomic responses
 // retire send work requests in order and produce their completions (IBTA
-// 9.7.5.1, 9.9).
+// 9.7.5.1, 9.9). Each response goes through the steps of completer.hpp.
 #include <cstring>
 
 #include "emu/device/fault_actions.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
@@ -14,21 +15,6 @@ namespace softverbs::emu {
 namespace {
 
 using namespace wire;
-
-ibv_wc_status status_of_nak(NakCode code) {
-  switch (code) {
-    case NakCode::invalid_request:
-      return IBV_WC_REM_INV_REQ_ERR;
-    case NakCode::remote_access_error:
-      return IBV_WC_REM_ACCESS_ERR;
-    case NakCode::remote_operational_error:
-      return IBV_WC_REM_OP_ERR;
-    case NakCode::invalid_rd_request:
-      return IBV_WC_REM_INV_RD_REQ_ERR;
-    default:
-      return IBV_WC_BAD_RESP_ERR;
-  }
-}
 
 }  // namespace
 
@@ -116,7 +102,7 @@ void Qp::retire_acked_locked() {
   while (!sq_.empty() && sq_.front().acked) {
     post_send_completion_locked(sq_.front(), IBV_WC_SUCCESS);
     sq_.pop();
-    if (tx_index_ > 0) --tx_index_;
+    if (req_.tx_index > 0) --req_.tx_index;
   }
   check_drained_locked();
 }
@@ -125,8 +111,8 @@ void Qp::check_drained_locked() {
   // The drain (RTS->SQD) ends when no message is under way and everything sent
   // is acknowledged; the application asked to be told with en_sqd_async_notify.
   if (attr_.qp_state != IBV_QPS_SQD || !attr_.sq_draining) return;
-  if (tx_offset_ != 0 || unacked_psn_ != sent_end_psn_) return;
-  for (uint32_t i = 0; i < tx_index_ && i < sq_.size(); ++i)
+  if (req_.tx_offset != 0 || comp_.unacked_psn != req_.sent_end_psn) return;
+  for (uint32_t i = 0; i < req_.tx_index && i < sq_.size(); ++i)
     if (!sq_.at(i).acked) return;
   attr_.sq_draining = 0;
   if (attr_.en_sqd_async_notify) {
@@ -137,12 +123,18 @@ void Qp::check_drained_locked() {
   }
 }
 
-void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {
+void Qp::fail_send_locked(SendWqe* failed, ibv_wc_status status) {
+  if (!failed) {
+    // The oldest request not yet acknowledged is the one that failed.
+    for (uint32_t i = 0; i < sq_.size() && !failed; ++i)
+      if (!sq_.at(i).acked) failed = &sq_.at(i);
+    if (!failed) return;
+  }
   // A work queue completes in order, each request exactly once (IBTA 10.8.3):
   // acknowledged requests before the failing one succeed, those still in flight
   // are flushed, then the failing one reports the error.
   uint32_t index = 0;
-  while (index < sq_.size() && &sq_.at(index) != &w) ++index;
+  while (index < sq_.size() && &sq_.at(index) != failed) ++index;
   for (uint32_t i = 0; i < index; ++i) {
     post_send_completion_locked(sq_.front(), sq_.front().acked ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR);
     sq_.pop();
@@ -151,213 +143,281 @@ void Qp::complete_send_error_locked(SendWqe& w, ibv_wc_status status) {
     post_send_completion_locked(sq_.front(), status);
     sq_.pop();
   }
-  tx_index_ = 0;
-  tx_offset_ = 0;
+  req_.tx_index = 0;
+  req_.tx_offset = 0;
   // IBTA 10.8.3.3: a completion error moves the QP to the error state, which
   // flushes what remains.
   enter_error_locked();
 }
 
+// ---- the response steps -----------------------------------------------------
+
 void Qp::completer_locked(const PacketView& pkt) {
-  if (type_ != IBV_QPT_RC) return;
-  const uint32_t psn = pkt.bth.psn;
+  CompContext c{pkt};
+  CompStep step = CompStep::get_ack;
+  while (step != CompStep::done) {
+    switch (step) {
+      case CompStep::get_ack: step = comp_get_ack_locked(c); break;
+      case CompStep::check_psn: step = comp_check_psn_locked(c); break;
+      case CompStep::check_ack: step = comp_check_ack_locked(c); break;
+      case CompStep::ack: step = comp_ack_locked(c); break;
+      case CompStep::rnr_nak: step = comp_rnr_nak_locked(c); break;
+      case CompStep::rnr_retry: step = comp_rnr_retry_locked(c); break;
+      case CompStep::seq_nak: step = comp_seq_nak_locked(c); break;
+      case CompStep::retry: step = comp_retry_locked(c); break;
+      case CompStep::error_nak: step = comp_error_nak_locked(c); break;
+      case CompStep::read_resp: step = comp_read_resp_locked(c); break;
+      case CompStep::do_read: step = comp_do_read_locked(c); break;
+      case CompStep::do_atomic: step = comp_do_atomic_locked(c); break;
+      case CompStep::update: step = comp_update_locked(c); break;
+      case CompStep::error: step = comp_error_locked(c); break;
+      case CompStep::done: break;
+    }
+  }
+}
+
+CompStep Qp::comp_get_ack_locked(CompContext&) {
+  // Only a reliable connection has responses.
+  return type_ == IBV_QPT_RC ? CompStep::check_psn : CompStep::done;
+}
+
+CompStep Qp::comp_check_psn_locked(CompContext& c) {
+  const uint32_t psn = c.pkt.bth.psn;
   // Responses for PSNs never sent, or for requests already acknowledged, are
   // ghosts or duplicates (a late or repeated ACK or NAK): ignore them (IBTA 9.9.2.1).
   // Ghosts are judged against the highest PSN ever sent: after a go-back the next
   // PSN to send is lower, but the responder may legitimately acknowledge up to the
   // highest one it has seen.
-  if (psn_ge(psn, sent_end_psn_) || psn_lt(psn, unacked_psn_)) {
+  if (psn_ge(psn, req_.sent_end_psn) || psn_lt(psn, comp_.unacked_psn)) {
     device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
-    SV_LOG(kDebug, "qp 0x%06x: ignored %.*s psn %u (unacked %u, next %u)", qpn(), static_cast<int>(pkt.op->name.size()),
-           pkt.op->name.data(), psn, unacked_psn_, sent_end_psn_);
-    return;
+    SV_LOG(kDebug, "qp 0x%06x: ignored %.*s psn %u (unacked %u, next %u)", qpn(),
+           static_cast<int>(c.pkt.op->name.size()), c.pkt.op->name.data(), psn, comp_.unacked_psn, req_.sent_end_psn);
+    return CompStep::done;
   }
-  bool progressed = false;
-  bool rewind = false;
+  return CompStep::check_ack;
+}
 
-  // Everything before `upto` is acknowledged: send and write requests retire.
-  auto ack_through = [&](uint32_t upto_exclusive) {
-    for (uint32_t i = 0; i < sq_.size(); ++i) {
-      SendWqe& w = sq_.at(i);
-      if (w.acked) continue;
-      if (!w.started) break;
-      if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-          w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        // An acknowledgement cannot complete a read or atomic: only its responses
-        // can. One that covers PSNs past the first missing response means those
-        // responses were lost (the responder has moved on): acknowledgement
-        // stops there, and the rest of the read is requested again (IBTA
-        // 9.7.5.1.6, as rxe and ConnectX retry it).
-        const uint32_t missing = psn_gt(unacked_psn_, w.first_psn) ? unacked_psn_ : w.first_psn;
-        if (psn_gt(upto_exclusive, missing)) {
-          upto_exclusive = missing;
-          if (gap_rewind_psn_ != missing) {
-            gap_rewind_psn_ = missing;
-            rewind = true;
-          }
-        }
-        break;
-      }
-      if (psn_ge(w.last_psn, upto_exclusive)) break;
-      w.acked = true;
-      progressed = true;
-    }
-    if (psn_gt(upto_exclusive, unacked_psn_)) {
-      unacked_psn_ = upto_exclusive;
-      progressed = true;
-    }
-  };
-
-  switch (pkt.op->op_class) {
+CompStep Qp::comp_check_ack_locked(CompContext& c) {
+  switch (c.pkt.op->op_class) {
     case OpClass::ack: {
-      const Aeth& a = pkt.aeth;
-      if (a.is_ack()) {
-        ack_through(psn_add(psn, 1));
-      } else if (a.is_rnr_nak()) {
-        device().counters().rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
-        ack_through(psn);
-        if (attr_.rnr_retry != 7) {  // 7 means retry forever (IBTA 9.7.5.2.8)
-          if (rnr_retry_left_ == 0) {
-            for (uint32_t i = 0; i < sq_.size(); ++i) {
-              SendWqe& w = sq_.at(i);
-              if (!w.acked) {
-                complete_send_error_locked(w, IBV_WC_RNR_RETRY_EXC_ERR);
-                return;
-              }
-            }
-            return;
-          }
-          --rnr_retry_left_;
-        }
-        retransmit_from_locked(psn);
-        rnr_waiting_ = true;
-        rnr_until_ = device().clock().now() + std::chrono::microseconds(rnr_timer_us(a.rnr_timer()));
-        arm_timer_locked();
-        retire_acked_locked();
-        return;
-      } else if (a.is_nak()) {
-        device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
-        // A sequence NAK past a read or atomic still waiting for its response
-        // says the responder executed it: the response was lost (again). Ask
-        // for it again with every such NAK, not only the first time its gap was
-        // seen, or the NAKs would spend the retries while the response never
-        // comes back.
-        if (a.nak_code() == NakCode::psn_sequence_error) gap_rewind_psn_ = 0xffffffff;
-        ack_through(psn);
-        if (a.nak_code() == NakCode::psn_sequence_error) {
-          // Already resending from there (after an RNR NAK, a timeout or an
-          // earlier NAK for the same gap): this NAK brings no news.
-          if (rnr_waiting_ || psn_le(req_psn_, psn)) break;
-          if (retry_left_ == 0) {
-            for (uint32_t i = 0; i < sq_.size(); ++i) {
-              SendWqe& w = sq_.at(i);
-              if (!w.acked) {
-                complete_send_error_locked(w, IBV_WC_RETRY_EXC_ERR);
-                return;
-              }
-            }
-            return;
-          }
-          --retry_left_;
-          retransmit_from_locked(psn);
-        } else {
-          // The request at `psn` failed at the responder.
-          for (uint32_t i = 0; i < sq_.size(); ++i) {
-            SendWqe& w = sq_.at(i);
-            if (w.acked) continue;
-            complete_send_error_locked(w, status_of_nak(a.nak_code()));
-            return;
-          }
-          return;
-        }
-      }
-      break;
+      const Aeth& a = c.pkt.aeth;
+      if (a.is_ack()) return CompStep::ack;
+      if (a.is_rnr_nak()) return CompStep::rnr_nak;
+      if (a.is_nak()) return a.nak_code() == NakCode::psn_sequence_error ? CompStep::seq_nak : CompStep::error_nak;
+      return CompStep::update;  // a reserved AETH type
     }
     case OpClass::rdma_read_response:
-    case OpClass::atomic_ack: {
-      // Responses arrive in PSN order; a gap means some were lost: ask again
-      // from the first missing one (IBTA 9.7.5.1.6).
-      if (psn != unacked_psn_) {
-        // Once per gap: the responses after the missing one are all dropped.
-        if (psn_gt(psn, unacked_psn_) && gap_rewind_psn_ != unacked_psn_) {
-          gap_rewind_psn_ = unacked_psn_;
-          retransmit_from_locked(unacked_psn_);
+    case OpClass::atomic_ack:
+      return CompStep::read_resp;
+    default:
+      return CompStep::done;
+  }
+}
+
+void Qp::ack_through_locked(CompContext& c, uint32_t upto_exclusive) {
+  // Everything before `upto_exclusive` is acknowledged: send and write requests retire.
+  for (uint32_t i = 0; i < sq_.size(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.acked) continue;
+    if (!w.started) break;
+    if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+        w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      // An acknowledgement cannot complete a read or atomic: only its responses
+      // can. One that covers PSNs past the first missing response means those
+      // responses were lost (the responder has moved on): acknowledgement
+      // stops there, and the rest of the read is requested again (IBTA
+      // 9.7.5.1.6, as rxe and ConnectX retry it).
+      const uint32_t missing = psn_gt(comp_.unacked_psn, w.first_psn) ? comp_.unacked_psn : w.first_psn;
+      if (psn_gt(upto_exclusive, missing)) {
+        upto_exclusive = missing;
+        if (comp_.gap_rewind_psn != missing) {
+          comp_.gap_rewind_psn = missing;
+          c.rewind = true;
         }
-        break;
       }
-      SendWqe* read = nullptr;
-      uint32_t index = 0;
-      for (uint32_t i = 0; i < sq_.size(); ++i) {
-        SendWqe& w = sq_.at(i);
-        if (w.acked) continue;
-        if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-            w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-          read = &w;
-          index = i;
-          break;
-        }
-        // A response implicitly acknowledges the sends and writes before it.
-        if (w.started && psn_lt(w.last_psn, psn)) {
-          w.acked = true;
-          continue;
-        }
-        break;
-      }
-      const bool want_atomic = pkt.op->op_class == OpClass::atomic_ack;
-      if (!read || psn_lt(psn, read->first_psn) || (want_atomic != (read->opcode != IBV_WR_RDMA_READ))) {
-        // Not the response this requester waits for (IBTA C9-?? "bad response").
-        complete_send_error_locked(read ? *read : sq_.front(), IBV_WC_BAD_RESP_ERR);
-        return;
-      }
-      std::shared_lock mr_lock(device().mr_lock());
-      std::vector<std::span<uint8_t>> spans;
-      if (want_atomic) {
-        uint64_t orig = pkt.atomic_ack_eth.orig;
-        if (!resolve_sges(device(), pd_, sq_.sges_at(index), read->num_sge, 0, 8, IBV_ACCESS_LOCAL_WRITE, spans)) {
-          mr_lock.unlock();
-          complete_send_error_locked(*read, IBV_WC_LOC_PROT_ERR);
-          return;
-        }
-        scatter(spans, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&orig), 8));
-        read->acked = true;
-      } else {
-        const uint32_t mtu = mtu_bytes();
-        uint64_t offset = static_cast<uint64_t>(psn_diff(psn, read->first_psn)) * mtu;
-        uint64_t len = pkt.payload.size();
-        const bool last = pkt.op->position == Position::last || pkt.op->position == Position::only;
-        const bool chunk_end = last;
-        if (offset + len > read->total_length || (!chunk_end && len != mtu)) {
-          mr_lock.unlock();
-          complete_send_error_locked(*read, IBV_WC_BAD_RESP_ERR);
-          return;
-        }
-        if (len && !resolve_sges(device(), pd_, sq_.sges_at(index), read->num_sge, offset, len, IBV_ACCESS_LOCAL_WRITE,
-                                 spans)) {
-          mr_lock.unlock();
-          complete_send_error_locked(*read, IBV_WC_LOC_PROT_ERR);
-          return;
-        }
-        scatter(spans, pkt.payload);
-        read->resp_bytes = offset + len;
-        if (psn == read->last_psn) read->acked = true;
-      }
-      unacked_psn_ = psn_add(psn, 1);
-      progressed = true;
       break;
     }
-    default:
-      return;
+    if (psn_ge(w.last_psn, upto_exclusive)) break;
+    w.acked = true;
+    c.progressed = true;
   }
+  if (psn_gt(upto_exclusive, comp_.unacked_psn)) {
+    comp_.unacked_psn = upto_exclusive;
+    c.progressed = true;
+  }
+}
 
-  if (progressed) {
-    retry_left_ = attr_.retry_cnt;
-    rnr_retry_left_ = attr_.rnr_retry;
+CompStep Qp::comp_ack_locked(CompContext& c) {
+  ack_through_locked(c, psn_add(c.pkt.bth.psn, 1));
+  return CompStep::update;
+}
+
+CompStep Qp::comp_rnr_nak_locked(CompContext& c) {
+  // Receiver not ready (IBTA 9.7.5.2.8): what precedes the PSN is acknowledged.
+  device().counters().rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+  ack_through_locked(c, c.pkt.bth.psn);
+  return CompStep::rnr_retry;
+}
+
+CompStep Qp::comp_rnr_retry_locked(CompContext& c) {
+  const uint32_t psn = c.pkt.bth.psn;
+  const Aeth& a = c.pkt.aeth;
+  if (attr_.rnr_retry != 7) {  // 7 means retry forever (IBTA 9.7.5.2.8)
+    if (comp_.rnr_retry_left == 0) {
+      c.status = IBV_WC_RNR_RETRY_EXC_ERR;
+      return CompStep::error;
+    }
+    --comp_.rnr_retry_left;
   }
-  if (rewind) retransmit_from_locked(unacked_psn_);
+  retransmit_from_locked(psn);
+  req_.rnr_waiting = true;
+  rnr_until_ = device().clock().now() + std::chrono::microseconds(rnr_timer_us(a.rnr_timer()));
+  arm_timer_locked();
+  retire_acked_locked();
+  // Not `update`: an RNR NAK is no progress, the retry counts go on.
+  return CompStep::done;
+}
+
+CompStep Qp::comp_seq_nak_locked(CompContext& c) {
+  const uint32_t psn = c.pkt.bth.psn;
+  device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
+  // A sequence NAK past a read or atomic still waiting for its response
+  // says the responder executed it: the response was lost (again). Ask
+  // for it again with every such NAK, not only the first time its gap was
+  // seen, or the NAKs would spend the retries while the response never
+  // comes back.
+  comp_.gap_rewind_psn = 0xffffffff;
+  ack_through_locked(c, psn);
+  // Already resending from there (after an RNR NAK, a timeout or an
+  // earlier NAK for the same gap): this NAK brings no news.
+  if (req_.rnr_waiting || psn_le(req_.psn, psn)) return CompStep::update;
+  return CompStep::retry;
+}
+
+CompStep Qp::comp_retry_locked(CompContext& c) {
+  // Go back to the PSN the responder expects (IBTA 9.7.5.1.4), within retry_cnt.
+  if (comp_.retry_left == 0) {
+    c.status = IBV_WC_RETRY_EXC_ERR;
+    return CompStep::error;
+  }
+  --comp_.retry_left;
+  retransmit_from_locked(c.pkt.bth.psn);
+  return CompStep::update;
+}
+
+CompStep Qp::comp_error_nak_locked(CompContext& c) {
+  // The request at the NAK's PSN failed at the responder; those before it are
+  // acknowledged (IBTA 9.7.5.2.3 .. 9.7.5.2.6).
+  device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
+  ack_through_locked(c, c.pkt.bth.psn);
+  c.status = status_of_nak(c.pkt.aeth.nak_code());
+  return CompStep::error;
+}
+
+CompStep Qp::comp_read_resp_locked(CompContext& c) {
+  const uint32_t psn = c.pkt.bth.psn;
+  // Responses arrive in PSN order; a gap means some were lost: ask again
+  // from the first missing one (IBTA 9.7.5.1.6).
+  if (psn != comp_.unacked_psn) {
+    // Once per gap: the responses after the missing one are all dropped.
+    if (psn_gt(psn, comp_.unacked_psn) && comp_.gap_rewind_psn != comp_.unacked_psn) {
+      comp_.gap_rewind_psn = comp_.unacked_psn;
+      retransmit_from_locked(comp_.unacked_psn);
+    }
+    return CompStep::update;
+  }
+  SendWqe* read = nullptr;
+  for (uint32_t i = 0; i < sq_.size(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.acked) continue;
+    if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+        w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      read = &w;
+      c.index = i;
+      break;
+    }
+    // A response implicitly acknowledges the sends and writes before it.
+    if (w.started && psn_lt(w.last_psn, psn)) {
+      w.acked = true;
+      continue;
+    }
+    break;
+  }
+  const bool want_atomic = c.pkt.op->op_class == OpClass::atomic_ack;
+  if (!read || psn_lt(psn, read->first_psn) || (want_atomic != (read->opcode != IBV_WR_RDMA_READ))) {
+    // Not the response this requester waits for (IBTA C9-?? "bad response").
+    c.failed = read ? read : &sq_.front();
+    c.status = IBV_WC_BAD_RESP_ERR;
+    return CompStep::error;
+  }
+  c.wqe = read;
+  return want_atomic ? CompStep::do_atomic : CompStep::do_read;
+}
+
+CompStep Qp::comp_do_atomic_locked(CompContext& c) {
+  SendWqe& w = *c.wqe;
+  std::shared_lock mr_lock(device().mr_lock());
+  std::vector<std::span<uint8_t>> spans;
+  uint64_t orig = c.pkt.atomic_ack_eth.orig;
+  if (!resolve_sges(device(), pd_, sq_.sges_at(c.index), w.num_sge, 0, 8, IBV_ACCESS_LOCAL_WRITE, spans)) {
+    mr_lock.unlock();
+    c.failed = &w;
+    c.status = IBV_WC_LOC_PROT_ERR;
+    return CompStep::error;
+  }
+  scatter(spans, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&orig), 8));
+  w.acked = true;
+  comp_.unacked_psn = psn_add(c.pkt.bth.psn, 1);
+  c.progressed = true;
+  return CompStep::update;
+}
+
+CompStep Qp::comp_do_read_locked(CompContext& c) {
+  SendWqe& w = *c.wqe;
+  const uint32_t psn = c.pkt.bth.psn;
+  std::shared_lock mr_lock(device().mr_lock());
+  std::vector<std::span<uint8_t>> spans;
+  const uint32_t mtu = mtu_bytes();
+  uint64_t offset = static_cast<uint64_t>(psn_diff(psn, w.first_psn)) * mtu;
+  uint64_t len = c.pkt.payload.size();
+  const bool last = c.pkt.op->position == Position::last || c.pkt.op->position == Position::only;
+  const bool chunk_end = last;
+  c.failed = &w;
+  if (offset + len > w.total_length || (!chunk_end && len != mtu)) {
+    mr_lock.unlock();
+    c.status = IBV_WC_BAD_RESP_ERR;
+    return CompStep::error;
+  }
+  if (len && !resolve_sges(device(), pd_, sq_.sges_at(c.index), w.num_sge, offset, len, IBV_ACCESS_LOCAL_WRITE,
+                           spans)) {
+    mr_lock.unlock();
+    c.status = IBV_WC_LOC_PROT_ERR;
+    return CompStep::error;
+  }
+  scatter(spans, c.pkt.payload);
+  w.resp_bytes = offset + len;
+  if (psn == w.last_psn) w.acked = true;
+  comp_.unacked_psn = psn_add(psn, 1);
+  c.progressed = true;
+  return CompStep::update;
+}
+
+CompStep Qp::comp_update_locked(CompContext& c) {
+  if (c.progressed) {
+    comp_.retry_left = attr_.retry_cnt;
+    comp_.rnr_retry_left = attr_.rnr_retry;
+  }
+  if (c.rewind) retransmit_from_locked(comp_.unacked_psn);
   // An acknowledgement past the retry's resend point: resume sending after it.
-  if (psn_gt(unacked_psn_, req_psn_)) retransmit_from_locked(unacked_psn_);
+  if (psn_gt(comp_.unacked_psn, req_.psn)) retransmit_from_locked(comp_.unacked_psn);
   retire_acked_locked();
   arm_timer_locked();
+  return CompStep::done;
+}
+
+CompStep Qp::comp_error_locked(CompContext& c) {
+  fail_send_locked(c.failed, c.status);
+  return CompStep::done;
 }
 
 }  // namespace softverbs::emu

@@ -1,7 +1,10 @@
+// The QP verbs: creation, modify (the state transitions and what each does to
+// the roles), query, posting work requests, and flushing them in the error state.
 #include <cerrno>
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/device/fault_actions.hpp"
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
@@ -125,57 +128,59 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   if (has(IBV_QP_PATH_MIG_STATE)) attr_.path_mig_state = attr->path_mig_state;
   if (has(IBV_QP_EN_SQD_ASYNC_NOTIFY)) attr_.en_sqd_async_notify = attr->en_sqd_async_notify;
 
-  if (next != cur || has(IBV_QP_STATE)) {
-    attr_.qp_state = next;
-    attr_.cur_qp_state = next;
-    handle_.pub.qp_base.state = next;
-    if (next == IBV_QPS_RESET) {
-      // Reset discards every outstanding work request without a completion and
-      // returns the attributes to their initial values (IBTA 10.3.1 QP states).
-      sq_.clear();
-      rq_.clear();
-      rcv_ = Receiving{};
-      wr_ = Writing{};
-      resources_.clear();
-      tx_index_ = 0;
-      tx_offset_ = 0;
-      rnr_waiting_ = false;
-      error_pending_ = false;
-      deadline_ = {};
-      ibv_qp_attr fresh{};
-      fresh.cap = cap_;
-      attr_ = fresh;
-    } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
-      error_pending_ = false;
-      enter_error_locked();
-    } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
-      epsn_ = attr_.rq_psn;
-      msn_ = 0;
-      prev_opcode_ = wire::kNoPrevOpcode;
-      nak_sent_ = false;
-      uc_drop_ = type_ == IBV_QPT_UC;
-      comm_established_ = false;
-      device().start_progress();
-    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
-      req_psn_ = unacked_psn_ = sent_end_psn_ = attr_.sq_psn;
-      tx_index_ = 0;
-      tx_offset_ = 0;
-      retry_left_ = attr_.retry_cnt;
-      rnr_retry_left_ = attr_.rnr_retry;
-      rnr_waiting_ = false;
-      if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
-      requester_locked();
-    } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
-      attr_.sq_draining = 0;
-      requester_locked();
-    } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
-      // The send queue drains: messages under way finish, no new one starts
-      // (IBTA 10.3.1, Send Queue Drain state).
-      attr_.sq_draining = 1;
-      check_drained_locked();
-    }
-  }
+  if (next != cur || has(IBV_QP_STATE)) enter_state_locked(cur, next);
   return 0;
+}
+
+void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
+  attr_.qp_state = next;
+  attr_.cur_qp_state = next;
+  handle_.pub.qp_base.state = next;
+  if (next == IBV_QPS_RESET) {
+    // Reset discards every outstanding work request without a completion and
+    // returns the attributes to their initial values (IBTA 10.3.1 QP states).
+    sq_.clear();
+    rq_.clear();
+    resp_.rcv = ResponderState::Receiving{};
+    resp_.wr = ResponderState::Writing{};
+    resp_.resources.clear();
+    req_.tx_index = 0;
+    req_.tx_offset = 0;
+    req_.rnr_waiting = false;
+    error_pending_ = false;
+    deadline_ = {};
+    ibv_qp_attr fresh{};
+    fresh.cap = cap_;
+    attr_ = fresh;
+  } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
+    error_pending_ = false;
+    enter_error_locked();
+  } else if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT) {
+    resp_.epsn = attr_.rq_psn;
+    resp_.msn = 0;
+    resp_.prev_opcode = wire::kNoPrevOpcode;
+    resp_.nak_sent = false;
+    resp_.uc_drop = type_ == IBV_QPT_UC;
+    resp_.comm_established = false;
+    device().start_progress();
+  } else if (next == IBV_QPS_RTS && cur == IBV_QPS_RTR) {
+    req_.psn = comp_.unacked_psn = req_.sent_end_psn = attr_.sq_psn;
+    req_.tx_index = 0;
+    req_.tx_offset = 0;
+    comp_.retry_left = attr_.retry_cnt;
+    comp_.rnr_retry_left = attr_.rnr_retry;
+    req_.rnr_waiting = false;
+    if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
+    requester_locked();
+  } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
+    attr_.sq_draining = 0;
+    requester_locked();
+  } else if (next == IBV_QPS_SQD && cur == IBV_QPS_RTS) {
+    // The send queue drains: messages under way finish, no new one starts
+    // (IBTA 10.3.1, Send Queue Drain state).
+    attr_.sq_draining = 1;
+    check_drained_locked();
+  }
 }
 
 int Qp::query(ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
@@ -284,57 +289,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = ENOMEM;
       break;
     }
-    SendWqe& wqe = sq_.next();
-    wqe.wr_id = wr->wr_id;
-    wqe.opcode = wr->opcode;
-    wqe.send_flags = wr->send_flags;
-    wqe.num_sge = is_inline ? 0 : static_cast<uint32_t>(wr->num_sge);
-    wqe.total_length = total;
-    wqe.imm_data = wr->imm_data;  // also invalidate_rkey (a union)
-    wqe.is_inline = is_inline;
-    wqe.ah = nullptr;
-    // The slot is reused: its transmission state starts afresh.
-    wqe.first_psn = wqe.last_psn = 0;
-    wqe.resp_bytes = 0;
-    wqe.started = false;
-    wqe.sent = false;
-    wqe.acked = false;
-    switch (wr->opcode) {
-      case IBV_WR_RDMA_WRITE:
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-      case IBV_WR_RDMA_READ:
-        wqe.remote_addr = wr->wr.rdma.remote_addr;
-        wqe.rkey = wr->wr.rdma.rkey;
-        break;
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        wqe.remote_addr = wr->wr.atomic.remote_addr;
-        wqe.rkey = wr->wr.atomic.rkey;
-        wqe.compare_add = wr->wr.atomic.compare_add;
-        wqe.swap = wr->wr.atomic.swap;
-        break;
-      default:
-        break;
-    }
-    if (type_ == IBV_QPT_UD) {
-      wqe.ah = wr->wr.ud.ah;
-      wqe.remote_qpn = wr->wr.ud.remote_qpn & 0xffffff;
-      wqe.remote_qkey = wr->wr.ud.remote_qkey;
-      wqe.ud_dest = ud_dest.s_addr;
-    }
-    if (is_inline) {
-      // Inline data is copied at post time: the buffer may be reused at once.
-      uint8_t* dst = sq_.next_inline();
-      for (int i = 0; i < wr->num_sge; ++i) {
-        std::memcpy(dst, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
-        dst += wr->sg_list[i].length;
-      }
-    } else {
-      Sge* sges = sq_.next_sges();
-      for (int i = 0; i < wr->num_sge; ++i)
-        sges[i] = Sge{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-    }
-    sq_.push();
+    enqueue_send_locked(*wr, total, is_inline, ud_dest);
   }
   if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
     flush_locked();
@@ -342,6 +297,60 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     requester_locked();
   }
   return rc;
+}
+
+void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest) {
+  SendWqe& wqe = sq_.next();
+  wqe.wr_id = wr.wr_id;
+  wqe.opcode = wr.opcode;
+  wqe.send_flags = wr.send_flags;
+  wqe.num_sge = is_inline ? 0 : static_cast<uint32_t>(wr.num_sge);
+  wqe.total_length = total;
+  wqe.imm_data = wr.imm_data;  // also invalidate_rkey (a union)
+  wqe.is_inline = is_inline;
+  wqe.ah = nullptr;
+  // The slot is reused: its transmission state starts afresh.
+  wqe.first_psn = wqe.last_psn = 0;
+  wqe.resp_bytes = 0;
+  wqe.started = false;
+  wqe.sent = false;
+  wqe.acked = false;
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      wqe.remote_addr = wr.wr.rdma.remote_addr;
+      wqe.rkey = wr.wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      wqe.remote_addr = wr.wr.atomic.remote_addr;
+      wqe.rkey = wr.wr.atomic.rkey;
+      wqe.compare_add = wr.wr.atomic.compare_add;
+      wqe.swap = wr.wr.atomic.swap;
+      break;
+    default:
+      break;
+  }
+  if (type_ == IBV_QPT_UD) {
+    wqe.ah = wr.wr.ud.ah;
+    wqe.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
+    wqe.remote_qkey = wr.wr.ud.remote_qkey;
+    wqe.ud_dest = ud_dest.s_addr;
+  }
+  if (is_inline) {
+    // Inline data is copied at post time: the buffer may be reused at once.
+    uint8_t* dst = sq_.next_inline();
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      dst += wr.sg_list[i].length;
+    }
+  } else {
+    Sge* sges = sq_.next_sges();
+    for (int i = 0; i < wr.num_sge; ++i)
+      sges[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  }
+  sq_.push();
 }
 
 void Qp::shutdown() {
@@ -363,9 +372,9 @@ void Qp::enter_error_locked() {
 }
 
 void Qp::flush_locked() {
-  tx_index_ = 0;
-  tx_offset_ = 0;
-  rnr_waiting_ = false;
+  req_.tx_index = 0;
+  req_.tx_offset = 0;
+  req_.rnr_waiting = false;
   // Every outstanding work request completes with IBV_WC_WR_FLUSH_ERR, signaled or
   // not: completions in error are always generated (IBTA 10.8.3).
   auto push = [this](Cq* cq, uint64_t wr_id, ibv_wc_opcode opcode) {
@@ -377,11 +386,11 @@ void Qp::flush_locked() {
     push_completion_locked(cq, wc, false);
   };
   if (attr_.qp_state == IBV_QPS_ERR) {
-    if (rcv_.active && !srq_) {
+    if (resp_.rcv.active && !srq_) {
       // The receive WQE a message was being placed into comes first.
-      push(recv_cq_, rcv_.wqe.wr_id, IBV_WC_RECV);
+      push(recv_cq_, resp_.rcv.wqe.wr_id, IBV_WC_RECV);
     }
-    rcv_ = Receiving{};
+    resp_.rcv = ResponderState::Receiving{};
     while (!rq_.empty()) {
       push(recv_cq_, rq_.front().wr_id, IBV_WC_RECV);
       rq_.pop();

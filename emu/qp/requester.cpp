@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
@@ -32,50 +33,6 @@ constexpr auto kMinAckTimeout = std::chrono::milliseconds(1);
 
 bool is_read_or_atomic(ibv_wr_opcode op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
-struct OpcodeSet {
-  uint8_t first, middle, last, only, last_imm, only_imm, last_inv, only_inv;
-};
-
-const OpcodeSet& send_opcodes(bool uc) {
-  static constexpr OpcodeSet rc{opcode::rc_send_first,
-                                opcode::rc_send_middle,
-                                opcode::rc_send_last,
-                                opcode::rc_send_only,
-                                opcode::rc_send_last_with_immediate,
-                                opcode::rc_send_only_with_immediate,
-                                opcode::rc_send_last_with_invalidate,
-                                opcode::rc_send_only_with_invalidate};
-  static constexpr OpcodeSet ucs{opcode::uc_send_first,
-                                 opcode::uc_send_middle,
-                                 opcode::uc_send_last,
-                                 opcode::uc_send_only,
-                                 opcode::uc_send_last_with_immediate,
-                                 opcode::uc_send_only_with_immediate,
-                                 0,
-                                 0};
-  return uc ? ucs : rc;
-}
-
-const OpcodeSet& write_opcodes(bool uc) {
-  static constexpr OpcodeSet rc{opcode::rc_rdma_write_first,
-                                opcode::rc_rdma_write_middle,
-                                opcode::rc_rdma_write_last,
-                                opcode::rc_rdma_write_only,
-                                opcode::rc_rdma_write_last_with_immediate,
-                                opcode::rc_rdma_write_only_with_immediate,
-                                0,
-                                0};
-  static constexpr OpcodeSet ucs{opcode::uc_rdma_write_first,
-                                 opcode::uc_rdma_write_middle,
-                                 opcode::uc_rdma_write_last,
-                                 opcode::uc_rdma_write_only,
-                                 opcode::uc_rdma_write_last_with_immediate,
-                                 opcode::uc_rdma_write_only_with_immediate,
-                                 0,
-                                 0};
-  return uc ? ucs : rc;
 }
 
 }  // namespace
@@ -117,11 +74,11 @@ bool Qp::resolve_dest_locked() { return resolve_av(device(), attr_.ah_attr, &des
 void Qp::arm_timer_locked() {
   // Called right after a packet went out: the high-water mark must include it, or a
   // packet sent just after everything before it was acknowledged gets no timer.
-  if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
+  if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
   if (!timer_) return;
-  if (unacked_psn_ == sent_end_psn_ && !rnr_waiting_) return;
+  if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting) return;
   auto now = device().clock().now();
-  if (rnr_waiting_) {
+  if (req_.rnr_waiting) {
     timer_->arm_at(rnr_until_);
     return;
   }
@@ -139,10 +96,10 @@ void Qp::requester_locked() {
     }
   } else if (s == IBV_QPS_SQD) {
     // Draining: finish the message under way, start none.
-    while (tx_offset_ > 0 && send_next_packet_locked()) {
+    while (req_.tx_offset > 0 && send_next_packet_locked()) {
     }
   }
-  if (psn_gt(req_psn_, sent_end_psn_)) sent_end_psn_ = req_psn_;
+  if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
 }
 
 void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
@@ -157,17 +114,17 @@ void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
   h.reth.rkey = w.rkey;
   h.reth.dma_len = static_cast<uint32_t>(len);
   transmit_locked(h, {});
-  req_psn_ = psn_add(psn, packets_for(len, mtu));
-  tx_offset_ = offset + len;
+  req_.psn = psn_add(psn, packets_for(len, mtu));
+  req_.tx_offset = offset + len;
 }
 
 bool Qp::send_ud_locked() {
   // Unreliable datagram (IBTA 9.8.4): each SEND is one packet to the address and
   // QP its work request names, and is done once sent.
-  SendWqe& w = sq_.at(tx_index_);
+  SendWqe& w = sq_.at(req_.tx_index);
   const uint32_t mtu = 128u << device().active_mtu();
   if (w.total_length > mtu) {
-    complete_send_error_locked(w, IBV_WC_LOC_LEN_ERR);
+    fail_send_locked(&w, IBV_WC_LOC_LEN_ERR);
     return false;
   }
   std::shared_lock mr_lock(device().mr_lock());
@@ -175,7 +132,7 @@ bool Qp::send_ud_locked() {
   const bool with_imm = w.opcode == IBV_WR_SEND_WITH_IMM;
   h.bth.opcode = with_imm ? opcode::ud_send_only_with_immediate : opcode::ud_send_only;
   h.bth.dest_qp = w.remote_qpn;
-  h.bth.psn = req_psn_;
+  h.bth.psn = req_.psn;
   h.bth.se = (w.send_flags & IBV_SEND_SOLICITED) != 0;
   // A Q_Key with the high-order bit set means the QP's own (IBTA 10.2.5).
   h.deth.qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
@@ -184,12 +141,12 @@ bool Qp::send_ud_locked() {
   std::vector<std::span<const uint8_t>> payload;
   if (w.total_length) {
     if (w.is_inline) {
-      payload.emplace_back(sq_.inline_at(tx_index_), w.total_length);
+      payload.emplace_back(sq_.inline_at(req_.tx_index), w.total_length);
     } else {
       static thread_local std::vector<std::span<uint8_t>> spans;
-      if (!resolve_sges(device(), pd_, sq_.sges_at(tx_index_), w.num_sge, 0, w.total_length, 0, spans)) {
+      if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, 0, w.total_length, 0, spans)) {
         mr_lock.unlock();
-        complete_send_error_locked(w, IBV_WC_LOC_PROT_ERR);
+        fail_send_locked(&w, IBV_WC_LOC_PROT_ERR);
         return false;
       }
       for (auto& sp : spans) payload.emplace_back(sp.data(), sp.size());
@@ -199,103 +156,114 @@ bool Qp::send_ud_locked() {
   dest.s_addr = w.ud_dest;
   transmit_to_locked(dest, h, payload);
   mr_lock.unlock();
-  req_psn_ = psn_add(req_psn_, 1);
+  req_.psn = psn_add(req_.psn, 1);
   w.started = w.sent = w.acked = true;
-  ++tx_index_;
+  ++req_.tx_index;
   retire_acked_locked();
   return true;
 }
 
 bool Qp::send_next_packet_locked() {
-  if (rnr_waiting_ || tx_index_ >= sq_.size()) return false;
+  if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
   if (type_ == IBV_QPT_UD) return send_ud_locked();
   const bool uc = type_ == IBV_QPT_UC;
-  if (!uc && static_cast<uint32_t>(psn_diff(req_psn_, unacked_psn_)) >= kWindow) return false;
+  if (!uc && static_cast<uint32_t>(psn_diff(req_.psn, comp_.unacked_psn)) >= kWindow) return false;
 
-  SendWqe& w = sq_.at(tx_index_);
-  const uint32_t mtu = mtu_bytes();
-  const bool starting = tx_offset_ == 0;
-  if (starting) {
-    if (!uc) {
-      uint32_t reads = 0;
-      bool fence_blocked = false;
-      for (uint32_t i = 0; i < tx_index_; ++i) {
-        const SendWqe& p = sq_.at(i);
-        if (is_read_or_atomic(p.opcode) && !p.acked) {
-          ++reads;
-          if (w.send_flags & IBV_SEND_FENCE) fence_blocked = true;
-        }
-      }
-      // IBV_SEND_FENCE waits for every earlier RDMA READ and atomic to finish.
-      if (fence_blocked) return false;
-      const uint32_t max_rd = std::max<uint32_t>(1, attr_.max_rd_atomic);
-      if (is_read_or_atomic(w.opcode) && reads >= max_rd) return false;
-    }
-    if (w.total_length > caps::kMaxMsgSz) {
-      complete_send_error_locked(w, IBV_WC_LOC_LEN_ERR);
-      return false;
-    }
-    if (!w.started) {
-      // The PSNs of a request are fixed at its first transmission; a retry resends
-      // the same ones.
-      w.first_psn = req_psn_;
-      const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-      w.last_psn = psn_add(w.first_psn, atomic ? 0 : packets_for(w.total_length, mtu) - 1);
-      w.started = true;
-    }
-  }
-
+  SendWqe& w = sq_.at(req_.tx_index);
+  if (req_.tx_offset == 0 && !may_start_locked(w)) return false;
   std::shared_lock mr_lock(device().mr_lock());
-  PacketHeaders h;
-  h.bth.dest_qp = attr_.dest_qp_num;
-  h.bth.psn = req_psn_;
   switch (w.opcode) {
     case IBV_WR_RDMA_READ:
-      send_read_request_locked(w, req_psn_, tx_offset_);
-      if (tx_offset_ >= w.total_length) {
+      send_read_request_locked(w, req_.psn, req_.tx_offset);
+      if (req_.tx_offset >= w.total_length) {
         w.sent = true;
-        ++tx_index_;
-        tx_offset_ = 0;
+        ++req_.tx_index;
+        req_.tx_offset = 0;
       }
       arm_timer_locked();
       return true;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      h.bth.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::rc_compare_swap : opcode::rc_fetch_add;
-      h.bth.ack_req = true;
-      h.atomic_eth.va = w.remote_addr;
-      h.atomic_eth.rkey = w.rkey;
-      h.atomic_eth.swap_add = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
-      h.atomic_eth.compare = w.compare_add;
-      transmit_locked(h, {});
-      req_psn_ = psn_add(req_psn_, 1);
-      w.sent = true;
-      ++tx_index_;
-      tx_offset_ = 0;
-      arm_timer_locked();
+      send_atomic_locked(w);
       return true;
     default:
-      break;
+      return send_data_packet_locked(w, mr_lock);
   }
+}
 
+bool Qp::may_start_locked(SendWqe& w) {
+  const bool uc = type_ == IBV_QPT_UC;
+  if (!uc) {
+    uint32_t reads = 0;
+    bool fence_blocked = false;
+    for (uint32_t i = 0; i < req_.tx_index; ++i) {
+      const SendWqe& p = sq_.at(i);
+      if (is_read_or_atomic(p.opcode) && !p.acked) {
+        ++reads;
+        if (w.send_flags & IBV_SEND_FENCE) fence_blocked = true;
+      }
+    }
+    // IBV_SEND_FENCE waits for every earlier RDMA READ and atomic to finish.
+    if (fence_blocked) return false;
+    const uint32_t max_rd = std::max<uint32_t>(1, attr_.max_rd_atomic);
+    if (is_read_or_atomic(w.opcode) && reads >= max_rd) return false;
+  }
+  if (w.total_length > caps::kMaxMsgSz) {
+    fail_send_locked(&w, IBV_WC_LOC_LEN_ERR);
+    return false;
+  }
+  if (!w.started) {
+    // The PSNs of a request are fixed at its first transmission; a retry resends
+    // the same ones.
+    w.first_psn = req_.psn;
+    const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    w.last_psn = psn_add(w.first_psn, atomic ? 0 : packets_for(w.total_length, mtu_bytes()) - 1);
+    w.started = true;
+  }
+  return true;
+}
+
+void Qp::send_atomic_locked(SendWqe& w) {
+  PacketHeaders h;
+  h.bth.dest_qp = attr_.dest_qp_num;
+  h.bth.psn = req_.psn;
+  h.bth.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::rc_compare_swap : opcode::rc_fetch_add;
+  h.bth.ack_req = true;
+  h.atomic_eth.va = w.remote_addr;
+  h.atomic_eth.rkey = w.rkey;
+  h.atomic_eth.swap_add = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? w.swap : w.compare_add;
+  h.atomic_eth.compare = w.compare_add;
+  transmit_locked(h, {});
+  req_.psn = psn_add(req_.psn, 1);
+  w.sent = true;
+  ++req_.tx_index;
+  req_.tx_offset = 0;
+  arm_timer_locked();
+}
+
+bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>& mr_lock) {
   // SEND and RDMA WRITE: one packet of up to one MTU of payload.
+  const bool uc = type_ == IBV_QPT_UC;
+  const uint32_t mtu = mtu_bytes();
+  PacketHeaders h;
+  h.bth.dest_qp = attr_.dest_qp_num;
+  h.bth.psn = req_.psn;
   const bool is_write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-  const OpcodeSet& ops = is_write ? write_opcodes(uc) : send_opcodes(uc);
-  const uint64_t left = w.total_length - tx_offset_;
+  const uint64_t left = w.total_length - req_.tx_offset;
   const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(left, mtu));
-  const bool first = tx_offset_ == 0;
+  const bool first = req_.tx_offset == 0;
   const bool last = left <= mtu;
   const bool with_imm = w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool with_inv = w.opcode == IBV_WR_SEND_WITH_INV;
-  if (first && last) {
-    h.bth.opcode = with_imm ? ops.only_imm : with_inv ? ops.only_inv : ops.only;
-  } else if (first) {
-    h.bth.opcode = ops.first;
-  } else if (last) {
-    h.bth.opcode = with_imm ? ops.last_imm : with_inv ? ops.last_inv : ops.last;
-  } else {
-    h.bth.opcode = ops.middle;
-  }
+  // The opcode from the wire table: the LAST or ONLY packet carries the
+  // immediate data or the R_Key to invalidate.
+  const Position position = first && last ? Position::only
+                            : first       ? Position::first
+                            : last        ? Position::last
+                                          : Position::middle;
+  const uint16_t extra = !last ? 0 : with_imm ? ext::imm : with_inv ? ext::ieth : 0;
+  h.bth.opcode = request_opcode(uc ? Transport::uc : Transport::rc, is_write ? OpClass::rdma_write : OpClass::send,
+                                position, extra);
   if (is_write && first) {
     h.reth.va = w.remote_addr;
     h.reth.rkey = w.rkey;
@@ -304,19 +272,19 @@ bool Qp::send_next_packet_locked() {
   if (last && with_imm) h.imm.data = w.imm_data;
   if (last && with_inv) h.ieth.rkey = w.imm_data;  // the invalidate_rkey member of the union, host order
   if (last && (w.send_flags & IBV_SEND_SOLICITED) && (!is_write || with_imm)) h.bth.se = true;
-  const uint32_t pkt_index = static_cast<uint32_t>(tx_offset_ / mtu);
+  const uint32_t pkt_index = static_cast<uint32_t>(req_.tx_offset / mtu);
   h.bth.ack_req = !uc && (last || (pkt_index + 1) % kAckEvery == 0);
 
   // The payload, straight from the registered memory (or the inline copy).
   std::vector<std::span<const uint8_t>> payload;
   if (len) {
     if (w.is_inline) {
-      payload.emplace_back(sq_.inline_at(tx_index_) + tx_offset_, len);
+      payload.emplace_back(sq_.inline_at(req_.tx_index) + req_.tx_offset, len);
     } else {
       static thread_local std::vector<std::span<uint8_t>> spans;
-      if (!resolve_sges(device(), pd_, sq_.sges_at(tx_index_), w.num_sge, tx_offset_, len, 0, spans)) {
+      if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, req_.tx_offset, len, 0, spans)) {
         mr_lock.unlock();
-        complete_send_error_locked(w, IBV_WC_LOC_PROT_ERR);
+        fail_send_locked(&w, IBV_WC_LOC_PROT_ERR);
         return false;
       }
       for (auto& s : spans) payload.emplace_back(s.data(), s.size());
@@ -324,16 +292,16 @@ bool Qp::send_next_packet_locked() {
   }
   transmit_locked(h, payload);
   mr_lock.unlock();
-  req_psn_ = psn_add(req_psn_, 1);
-  tx_offset_ += len;
+  req_.psn = psn_add(req_.psn, 1);
+  req_.tx_offset += len;
   if (last) {
     w.sent = true;
-    ++tx_index_;
-    tx_offset_ = 0;
+    ++req_.tx_index;
+    req_.tx_offset = 0;
     if (uc) {
       // UC has no acknowledgements: the work request is done once sent.
       w.acked = true;
-      unacked_psn_ = req_psn_;
+      comp_.unacked_psn = req_.psn;
       retire_acked_locked();
     }
   }
@@ -345,7 +313,7 @@ void Qp::retransmit_from_locked(uint32_t psn) {
   // Go back N (IBTA 9.7.5.1.4): resend everything from the oldest packet the
   // responder has not acknowledged, never from before it. Also used to move
   // forward, when an acknowledgement covers packets a retry was about to resend.
-  if (psn_lt(psn, unacked_psn_)) psn = unacked_psn_;
+  if (psn_lt(psn, comp_.unacked_psn)) psn = comp_.unacked_psn;
   for (uint32_t i = 0; i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.acked) continue;
@@ -361,20 +329,20 @@ void Qp::retransmit_from_locked(uint32_t psn) {
     SV_LOG(kDebug, "qp 0x%06x: resume at psn %u: WQE %u (wr_id %lu, psns %u..%u%s), offset %lu", qpn(), psn, i,
            static_cast<unsigned long>(w.wr_id), w.first_psn, w.last_psn, w.started ? "" : " not started",
            static_cast<unsigned long>(offset));
-    const bool back = psn_lt(psn, req_psn_);
-    tx_index_ = i;
-    tx_offset_ = offset;
-    req_psn_ = psn;
+    const bool back = psn_lt(psn, req_.psn);
+    req_.tx_index = i;
+    req_.tx_offset = offset;
+    req_.psn = psn;
     w.sent = false;
     for (uint32_t j = i + 1; j < sq_.size(); ++j) sq_.at(j).sent = false;
     if (back) device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   // Every request is acknowledged up to psn: sending resumes after them.
-  if (psn_gt(psn, req_psn_)) {
-    req_psn_ = psn;
-    tx_index_ = sq_.size();
-    tx_offset_ = 0;
+  if (psn_gt(psn, req_.psn)) {
+    req_.psn = psn;
+    req_.tx_index = sq_.size();
+    req_.tx_offset = 0;
   }
 }
 
@@ -392,18 +360,18 @@ void Qp::on_timer() {
   }
   if (attr_.qp_state != IBV_QPS_RTS && attr_.qp_state != IBV_QPS_SQD) return;
   auto now = device().clock().now();
-  if (rnr_waiting_) {
+  if (req_.rnr_waiting) {
     if (now < rnr_until_) {
       timer_->arm_at(rnr_until_);
       return;
     }
-    rnr_waiting_ = false;
-    retransmit_from_locked(unacked_psn_);
+    req_.rnr_waiting = false;
+    retransmit_from_locked(comp_.unacked_psn);
     requester_locked();
     arm_timer_locked();
     return;
   }
-  if (unacked_psn_ == sent_end_psn_) return;  // everything acknowledged meanwhile
+  if (comp_.unacked_psn == req_.sent_end_psn) return;  // everything acknowledged meanwhile
   if (attr_.timeout == 0) return;             // no local ACK timeout (a late timer of an earlier connection)
   if (now < deadline_) {
     timer_->arm_at(deadline_);
@@ -411,35 +379,29 @@ void Qp::on_timer() {
   }
   device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
   SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u (%s)", qpn(),
-         unacked_psn_, req_psn_, sq_.size(), retry_left_, device().rx_state().c_str());
+         comp_.unacked_psn, req_.psn, sq_.size(), comp_.retry_left, device().rx_state().c_str());
   // A timeout counts against retry_cnt only when the peer has been silent: a peer
   // that sends packets (its own requests, duplicate ACKs) is reachable and only
   // slow, as an emulated device on a loaded host can be for a while. A NIC, which
   // answers in microseconds, cannot tell the two apart; this is a deliberate
   // deviation (docs/compatibility.md).
-  const bool peer_alive = heard_from_peer_;
-  heard_from_peer_ = false;
-  gap_rewind_psn_ = 0xffffffff;  // a gap seen again after a timeout is asked for again
+  const bool peer_alive = req_.heard_from_peer;
+  req_.heard_from_peer = false;
+  comp_.gap_rewind_psn = 0xffffffff;  // a gap seen again after a timeout is asked for again
   if (peer_alive) {
-    retransmit_from_locked(unacked_psn_);
+    retransmit_from_locked(comp_.unacked_psn);
     requester_locked();
     arm_timer_locked();
     return;
   }
-  if (retry_left_ == 0) {
+  if (comp_.retry_left == 0) {
     // Transport retries exhausted (IBTA 9.7.6.1.3): the oldest outstanding work
     // request fails and the QP goes to the error state.
-    for (uint32_t i = 0; i < sq_.size(); ++i) {
-      SendWqe& w = sq_.at(i);
-      if (!w.acked) {
-        complete_send_error_locked(w, IBV_WC_RETRY_EXC_ERR);
-        return;
-      }
-    }
+    fail_send_locked(nullptr, IBV_WC_RETRY_EXC_ERR);
     return;
   }
-  --retry_left_;
-  retransmit_from_locked(unacked_psn_);
+  --comp_.retry_left;
+  retransmit_from_locked(comp_.unacked_psn);
   requester_locked();
   arm_timer_locked();
 }

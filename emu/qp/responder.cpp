@@ -1,11 +1,12 @@
-// The responder: checks each request in the order of IBTA 9.7.5 (PSN, opcode
-// sequence, opcode valid for the QP, resources, length, R_Key), executes it and
-// answers: ACK, NAK, RNR NAK, read responses, atomic responses.
+// The responder: takes each request through the steps of responder.hpp (the
+// checks of IBTA 9.7.5: opcode valid for the QP, PSN, opcode sequence, R_Key,
+// resources, length), executes it and answers: ACK, NAK, RNR NAK, read
+// responses, atomic responses. Errors map through one table (kRespErrors).
 #include <cstring>
 
 #include "emu/device/caps.hpp"
 #include "emu/memory/sge.hpp"
-#include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
 #include "core/log.hpp"
 #include "wire/psn.hpp"
 
@@ -20,6 +21,8 @@ constexpr size_t kMinResources = 16;
 
 }  // namespace
 
+// ---- answers, receive WQEs, duplicates' resources ---------------------------
+
 void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
   PacketHeaders h;
   h.bth.opcode = opcode::rc_acknowledge;
@@ -30,13 +33,13 @@ void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
 }
 
 bool Qp::take_recv_wqe_locked() {
-  if (rcv_.active) return true;
+  if (resp_.rcv.active) return true;
   if (srq_) {
     std::lock_guard lock(srq_->mu);
     if (srq_->rq.empty()) return false;
-    rcv_.wqe = srq_->rq.front();
+    resp_.rcv.wqe = srq_->rq.front();
     const Sge* s = srq_->rq.sges_at(0);
-    rcv_.sges.assign(s, s + rcv_.wqe.num_sge);
+    resp_.rcv.sges.assign(s, s + resp_.rcv.wqe.num_sge);
     srq_->rq.pop();
     // IBTA 10.2.9.2: the limit event fires once when the queue drops below it.
     if (srq_->limit && srq_->rq.size() < srq_->limit) {
@@ -48,20 +51,20 @@ bool Qp::take_recv_wqe_locked() {
     }
   } else {
     if (rq_.empty()) return false;
-    rcv_.wqe = rq_.front();
+    resp_.rcv.wqe = rq_.front();
     const Sge* s = rq_.sges_at(0);
-    rcv_.sges.assign(s, s + rcv_.wqe.num_sge);
+    resp_.rcv.sges.assign(s, s + resp_.rcv.wqe.num_sge);
     rq_.pop();
   }
-  rcv_.active = true;
-  rcv_.offset = 0;
+  resp_.rcv.active = true;
+  resp_.rcv.offset = 0;
   return true;
 }
 
 void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm,
                               uint32_t imm, bool with_inv, bool solicited) {
   ibv_wc wc{};
-  wc.wr_id = rcv_.wqe.wr_id;
+  wc.wr_id = resp_.rcv.wqe.wr_id;
   wc.status = status;
   wc.opcode = opcode;
   wc.byte_len = byte_len;
@@ -77,24 +80,40 @@ void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32
   }
   if (device().link_layer() == LinkLayer::kInfiniBand) wc.slid = attr_.ah_attr.dlid;
   wc.sl = attr_.ah_attr.sl;
-  rcv_.active = false;
-  rcv_.offset = 0;
+  resp_.rcv.active = false;
+  resp_.rcv.offset = 0;
   push_completion_locked(recv_cq_, wc, solicited);
 }
 
-void Qp::responder_error_locked(NakCode code, ibv_wc_status recv_status, uint32_t psn) {
+void Qp::responder_error_locked(const RespErrorRow& e, uint32_t psn) {
   if (type_ == IBV_QPT_RC) {
     device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
-    send_ack_locked(Aeth::nak(msn_, code), psn);
+    send_ack_locked(Aeth::nak(resp_.msn, e.nak), psn);
   }
-  if (rcv_.active) complete_recv_locked(recv_status, IBV_WC_RECV, 0, false, 0, false, false);
+  if (resp_.rcv.active) complete_recv_locked(e.recv_status, IBV_WC_RECV, 0, false, 0, false, false);
   // The responder's QP reports the error as an affiliated asynchronous event and
   // goes to the error state (IBTA 10.8.3.3, 11.6.3).
   ibv_async_event ev{};
   ev.element.qp = ibv();
-  ev.event_type = code == NakCode::remote_access_error ? IBV_EVENT_QP_ACCESS_ERR : IBV_EVENT_QP_REQ_ERR;
+  ev.event_type = e.event;
   context().post_async_event(ev);
   enter_error_locked();
+}
+
+void Qp::send_atomic_ack_locked(uint32_t psn, uint64_t orig) {
+  PacketHeaders h;
+  h.bth.opcode = opcode::rc_atomic_acknowledge;
+  h.bth.dest_qp = attr_.dest_qp_num;
+  h.bth.psn = psn;
+  h.aeth = Aeth::ack(resp_.msn);
+  h.atomic_ack_eth.orig = orig;
+  transmit_locked(h, {});
+}
+
+void Qp::keep_resource_locked(const ResponderState::Resource& r) {
+  resp_.resources.push_back(r);
+  while (resp_.resources.size() > std::max<size_t>(kMinResources, attr_.max_dest_rd_atomic))
+    resp_.resources.pop_front();
 }
 
 void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len) {
@@ -116,7 +135,7 @@ void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t le
     } else {
       h.bth.opcode = opcode::rc_rdma_read_response_middle;
     }
-    h.aeth = Aeth::ack(msn_);
+    h.aeth = Aeth::ack(resp_.msn);
     uint64_t off = uint64_t{i} * mtu;
     uint64_t take = std::min<uint64_t>(mtu, len - std::min(len, off));
     std::span<const uint8_t> part =
@@ -138,7 +157,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
   constexpr uint32_t kGrh = 40;
   const uint64_t need = kGrh + pkt.payload.size();
   ibv_wc_status status = IBV_WC_SUCCESS;
-  if (need > rcv_.wqe.total_length) {
+  if (need > resp_.rcv.wqe.total_length) {
     status = IBV_WC_LOC_LEN_ERR;
   } else {
     // The GRH area: on RoCEv2 over IPv4 its last 20 bytes are the IPv4 header the
@@ -153,7 +172,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
                         pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes);
     }
     std::vector<std::span<uint8_t>> spans;
-    if (!resolve_sges(device(), pd_, rcv_.sges.data(), rcv_.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
+    if (!resolve_sges(device(), pd_, resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
       status = IBV_WC_LOC_PROT_ERR;
     } else {
       std::vector<uint8_t> whole(grh, grh + (eth ? kGrh : 0));
@@ -178,7 +197,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
   }
   mr_lock.unlock();
   ibv_wc wc{};
-  wc.wr_id = rcv_.wqe.wr_id;
+  wc.wr_id = resp_.rcv.wqe.wr_id;
   wc.status = status;
   wc.opcode = IBV_WC_RECV;
   wc.qp_num = qpn();
@@ -195,244 +214,329 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
       wc.slid = static_cast<uint16_t>(ntohl(src.s_addr) & 0xffff);
     }
   }
-  rcv_.active = false;
-  rcv_.offset = 0;
+  resp_.rcv.active = false;
+  resp_.rcv.offset = 0;
   push_completion_locked(recv_cq_, wc, pkt.bth.se);
   // A receive error puts the QP in the error state, as every completion error.
   if (status != IBV_WC_SUCCESS) request_error_locked(false);
 }
 
+// ---- the request steps ------------------------------------------------------
+
 void Qp::responder_locked(const PacketView& pkt, in_addr src) {
   if (type_ == IBV_QPT_UD) return ud_receive_locked(pkt, src);
-  const OpcodeInfo& op = *pkt.op;
-  const uint32_t psn = pkt.bth.psn;
-  const bool rc = type_ == IBV_QPT_RC;
-  const bool uc = type_ == IBV_QPT_UC;
-  if (!(rc && op.transport == Transport::rc) && !(uc && op.transport == Transport::uc)) {
-    device().counters().rx_dropped.fetch_add(1, std::memory_order_relaxed);
-    return;  // an opcode of another transport service: silently dropped (IBTA 9.6.1)
+  RespContext r{pkt, *pkt.op, src, pkt.bth.psn, type_ == IBV_QPT_RC};
+  RespStep step = RespStep::check_op_valid;
+  while (step != RespStep::done) {
+    switch (step) {
+      case RespStep::check_op_valid: step = resp_check_op_valid_locked(r); break;
+      case RespStep::establish: step = resp_establish_locked(r); break;
+      case RespStep::check_psn: step = resp_check_psn_locked(r); break;
+      case RespStep::duplicate: step = resp_duplicate_locked(r); break;
+      case RespStep::nak_psn: step = resp_nak_psn_locked(r); break;
+      case RespStep::check_op_seq: step = resp_check_op_seq_locked(r); break;
+      case RespStep::check_rkey: step = resp_check_rkey_locked(r); break;
+      case RespStep::check_resources: step = resp_check_resources_locked(r); break;
+      case RespStep::rnr: step = resp_rnr_locked(r); break;
+      case RespStep::check_length: step = resp_check_length_locked(r); break;
+      case RespStep::execute: step = resp_execute_locked(r); break;
+      case RespStep::acknowledge: step = resp_acknowledge_locked(r); break;
+      case RespStep::drop: step = resp_drop_locked(r); break;
+      case RespStep::done: break;
+      default: {
+        const RespErrorRow* e = resp_error_row(step);
+        step = e ? resp_error_locked(r, *e) : RespStep::done;
+        break;
+      }
+    }
   }
-  if (attr_.qp_state == IBV_QPS_RTR && !comm_established_) {
+}
+
+RespStep Qp::resp_check_op_valid_locked(RespContext& r) {
+  // An opcode of another transport service is silently dropped (IBTA 9.6.1),
+  // before it can touch the PSN state.
+  const bool uc = type_ == IBV_QPT_UC;
+  if (!(r.rc && r.op.transport == Transport::rc) && !(uc && r.op.transport == Transport::uc)) return RespStep::drop;
+  return RespStep::establish;
+}
+
+RespStep Qp::resp_drop_locked(RespContext&) {
+  device().counters().rx_dropped.fetch_add(1, std::memory_order_relaxed);
+  return RespStep::done;
+}
+
+RespStep Qp::resp_establish_locked(RespContext&) {
+  if (attr_.qp_state == IBV_QPS_RTR && !resp_.comm_established) {
     // IBTA 11.6.3: the first packet received in RTR establishes communication.
-    comm_established_ = true;
+    resp_.comm_established = true;
     ibv_async_event ev{};
     ev.element.qp = ibv();
     ev.event_type = IBV_EVENT_COMM_EST;
     context().post_async_event(ev);
   }
+  return RespStep::check_psn;
+}
 
-  // ---- PSN ----
-  if (rc) {
-    const int32_t d = psn_diff(psn, epsn_);
-    if (d > 0) {
-      // Out of sequence (IBTA 9.7.5.1.2, class B): one NAK, then silence until the
-      // expected PSN arrives.
-      SV_LOG(kDebug, "qp 0x%06x: request psn %u out of sequence, expected %u%s", qpn(), psn, epsn_,
-             nak_sent_ ? "" : ", NAK");
-      if (!nak_sent_) {
-        nak_sent_ = true;
-        device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
-        send_ack_locked(Aeth::nak(msn_, NakCode::psn_sequence_error), epsn_);
-      }
-      return;
-    }
-    if (d < 0) {
-      // A duplicate (IBTA 9.7.5.1.1): acknowledge sends and writes again without
-      // executing them, re-execute reads, answer atomics from the saved result.
-      device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
-      SV_LOG(kDebug, "qp 0x%06x: duplicate request psn %u, expected %u", qpn(), psn, epsn_);
-      if (op.op_class == OpClass::send || op.op_class == OpClass::rdma_write) {
-        send_ack_locked(Aeth::ack(msn_), psn_sub(epsn_, 1));
-      } else if (op.op_class == OpClass::rdma_read_request) {
-        for (const Resource& r : resources_) {
-          if (r.atomic || psn_lt(psn, r.first_psn) || psn_gt(psn, r.last_psn)) continue;
-          if (pkt.reth.rkey != r.rkey || pkt.reth.va < r.va || pkt.reth.va + pkt.reth.dma_len > r.va + r.len) break;
-          read_reply_locked(psn, pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len);
-          break;
-        }
-      } else if (op.op_class == OpClass::atomic) {
-        for (const Resource& r : resources_) {
-          if (!r.atomic || r.first_psn != psn) continue;
-          PacketHeaders h;
-          h.bth.opcode = opcode::rc_atomic_acknowledge;
-          h.bth.dest_qp = attr_.dest_qp_num;
-          h.bth.psn = psn;
-          h.aeth = Aeth::ack(msn_);
-          h.atomic_ack_eth.orig = r.orig;
-          transmit_locked(h, {});
-          break;
-        }
-      }
-      return;
-    }
-    nak_sent_ = false;
-  } else {
-    // UC (IBTA 9.8.3): a PSN gap loses the message in progress; the next packet
-    // that starts a message is accepted whatever its PSN.
-    if (psn != epsn_) {
-      if (rcv_.active) rcv_.offset = 0;  // the receive WQE is reused
-      wr_ = Writing{};
-      uc_drop_ = !op.starts_message();
-      prev_opcode_ = kNoPrevOpcode;
-    }
-    epsn_ = psn_add(psn, 1);
-    if (op.starts_message()) uc_drop_ = false;
-    if (uc_drop_) return;
+RespStep Qp::resp_check_psn_locked(RespContext& r) {
+  const uint32_t psn = r.psn;
+  if (r.rc) {
+    const int32_t d = psn_diff(psn, resp_.epsn);
+    if (d > 0) return RespStep::nak_psn;
+    if (d < 0) return RespStep::duplicate;
+    resp_.nak_sent = false;
+    return RespStep::check_op_seq;
   }
-
-  // ---- opcode sequence ----
-  if (!next_opcode_valid(prev_opcode_, op.opcode)) {
-    if (rc) {
-      responder_error_locked(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR, psn);
-    } else {
-      if (rcv_.active) rcv_.offset = 0;
-      wr_ = Writing{};
-      uc_drop_ = true;
-      prev_opcode_ = kNoPrevOpcode;
-    }
-    return;
+  // UC (IBTA 9.8.3): a PSN gap loses the message in progress; the next packet
+  // that starts a message is accepted whatever its PSN.
+  if (psn != resp_.epsn) {
+    if (resp_.rcv.active) resp_.rcv.offset = 0;  // the receive WQE is reused
+    resp_.wr = ResponderState::Writing{};
+    resp_.uc_drop = !r.op.starts_message();
+    resp_.prev_opcode = kNoPrevOpcode;
   }
+  resp_.epsn = psn_add(psn, 1);
+  if (r.op.starts_message()) resp_.uc_drop = false;
+  if (resp_.uc_drop) return RespStep::done;
+  return RespStep::check_op_seq;
+}
 
-  const uint32_t mtu = mtu_bytes();
-  const uint64_t plen = pkt.payload.size();
-  std::shared_lock mr_lock(device().mr_lock());
+RespStep Qp::resp_nak_psn_locked(RespContext& r) {
+  // Out of sequence (IBTA 9.7.5.1.2, class B): one NAK, then silence until the
+  // expected PSN arrives.
+  SV_LOG(kDebug, "qp 0x%06x: request psn %u out of sequence, expected %u%s", qpn(), r.psn, resp_.epsn,
+         resp_.nak_sent ? "" : ", NAK");
+  if (!resp_.nak_sent) {
+    resp_.nak_sent = true;
+    device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
+    send_ack_locked(Aeth::nak(resp_.msn, NakCode::psn_sequence_error), resp_.epsn);
+  }
+  return RespStep::done;
+}
 
-  // Drops a UC message (class D) or fails an RC request (class C).
-  auto fail = [&](NakCode code, ibv_wc_status recv_status) {
-    mr_lock.unlock();
-    if (rc) {
-      responder_error_locked(code, recv_status, psn);
-    } else {
-      if (rcv_.active) rcv_.offset = 0;
-      wr_ = Writing{};
-      uc_drop_ = !op.ends_message();
-      prev_opcode_ = kNoPrevOpcode;
-    }
-  };
-
-  switch (op.op_class) {
-    case OpClass::send: {
-      if (!take_recv_wqe_locked()) {
-        mr_lock.unlock();
-        if (rc) {
-          rnr_nak_locked(psn);
-        } else {
-          uc_drop_ = !op.ends_message();
-        }
-        return;
-      }
-      // Every packet but the last of a message carries exactly one MTU.
-      if (!op.ends_message() && plen != mtu) return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
-      if (rcv_.offset + plen > rcv_.wqe.total_length) return fail(NakCode::invalid_request, IBV_WC_LOC_LEN_ERR);
-      std::vector<std::span<uint8_t>> spans;
-      if (plen && !resolve_sges(device(), pd_, rcv_.sges.data(), rcv_.wqe.num_sge, rcv_.offset, plen,
-                                IBV_ACCESS_LOCAL_WRITE, spans))
-        return fail(NakCode::remote_operational_error, IBV_WC_LOC_PROT_ERR);
-      scatter(spans, pkt.payload);
-      rcv_.offset += plen;
-      if (op.ends_message()) {
-        if (op.has_ieth()) {
-          // Only memory windows and fast-registered regions can be invalidated
-          // remotely, and emulated devices have neither (IBTA 10.6.7.2.4).
-          return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
-        }
-        msn_ = psn_add(msn_, 1);
-        mr_lock.unlock();
-        complete_recv_locked(IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(rcv_.offset), op.has_imm(),
-                             pkt.imm.data, false, pkt.bth.se);
-      }
+RespStep Qp::resp_duplicate_locked(RespContext& r) {
+  // A duplicate (IBTA 9.7.5.1.1): acknowledge sends and writes again without
+  // executing them, re-execute reads, answer atomics from the saved result.
+  const PacketView& pkt = r.pkt;
+  const uint32_t psn = r.psn;
+  device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
+  SV_LOG(kDebug, "qp 0x%06x: duplicate request psn %u, expected %u", qpn(), psn, resp_.epsn);
+  if (r.op.op_class == OpClass::send || r.op.op_class == OpClass::rdma_write) {
+    send_ack_locked(Aeth::ack(resp_.msn), psn_sub(resp_.epsn, 1));
+  } else if (r.op.op_class == OpClass::rdma_read_request) {
+    for (const ResponderState::Resource& res : resp_.resources) {
+      if (res.atomic || psn_lt(psn, res.first_psn) || psn_gt(psn, res.last_psn)) continue;
+      if (pkt.reth.rkey != res.rkey || pkt.reth.va < res.va || pkt.reth.va + pkt.reth.dma_len > res.va + res.len) break;
+      read_reply_locked(psn, pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len);
       break;
     }
-    case OpClass::rdma_write: {
-      if (op.starts_message()) {
-        wr_ = Writing{pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len, pkt.reth.dma_len};
-        if (pkt.reth.dma_len > caps::kMaxMsgSz) return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
-        if (pkt.reth.dma_len &&
-            !check_rkey(device(), pd_, attr_.qp_access_flags, wr_.rkey, wr_.va, wr_.total, IBV_ACCESS_REMOTE_WRITE))
-          return fail(NakCode::remote_access_error, IBV_WC_REM_ACCESS_ERR);
-      }
-      if (op.needs_recv_wqe && !take_recv_wqe_locked()) {
-        mr_lock.unlock();
-        if (rc) {
-          rnr_nak_locked(psn);
-        } else {
-          uc_drop_ = !op.ends_message();
-        }
-        return;
-      }
-      if ((!op.ends_message() && plen != mtu) || plen > wr_.remaining || (op.ends_message() && plen != wr_.remaining))
-        return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
-      if (plen) {
-        Mr* mr = check_rkey(device(), pd_, attr_.qp_access_flags, wr_.rkey, wr_.va, plen, IBV_ACCESS_REMOTE_WRITE);
-        if (!mr) return fail(NakCode::remote_access_error, IBV_WC_REM_ACCESS_ERR);
-        std::memcpy(mr->host_addr(wr_.va), pkt.payload.data(), plen);
-      }
-      wr_.va += plen;
-      wr_.remaining -= plen;
-      if (op.ends_message()) {
-        msn_ = psn_add(msn_, 1);
-        mr_lock.unlock();
-        if (op.has_imm())
-          complete_recv_locked(IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(wr_.total), true,
-                               pkt.imm.data, false, pkt.bth.se);
-      }
+  } else if (r.op.op_class == OpClass::atomic) {
+    for (const ResponderState::Resource& res : resp_.resources) {
+      if (!res.atomic || res.first_psn != psn) continue;
+      send_atomic_ack_locked(psn, res.orig);
       break;
     }
+  }
+  return RespStep::done;
+}
+
+RespStep Qp::resp_check_op_seq_locked(RespContext& r) {
+  // IBTA 9.7.5.1.3 (RC, class C) and 9.8.3 (UC, class D): the packets of a
+  // message arrive FIRST, MIDDLE..., LAST, and messages do not interleave.
+  if (!next_opcode_valid(resp_.prev_opcode, r.op.opcode)) return RespStep::err_op_seq;
+  return RespStep::check_rkey;
+}
+
+RespStep Qp::resp_check_rkey_locked(RespContext& r) {
+  // From here on the request uses registered memory.
+  r.mr_lock = std::shared_lock(device().mr_lock());
+  const PacketView& pkt = r.pkt;
+  // The first packet's RETH or AtomicETH is checked before the receive WQE is
+  // looked for: a request that cannot be executed fails even when none is posted.
+  switch (r.op.op_class) {
+    case OpClass::send:
+      return RespStep::check_resources;
+    case OpClass::rdma_write:
+      if (r.op.starts_message()) {
+        resp_.wr = ResponderState::Writing{pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len, pkt.reth.dma_len};
+        if (pkt.reth.dma_len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
+        if (pkt.reth.dma_len && !check_rkey(device(), pd_, attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va,
+                                            resp_.wr.total, IBV_ACCESS_REMOTE_WRITE))
+          return RespStep::err_remote_access;
+      }
+      return RespStep::check_resources;
     case OpClass::rdma_read_request: {
       const uint64_t len = pkt.reth.dma_len;
-      if (len > caps::kMaxMsgSz) return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);
+      if (len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
       if (len &&
           !check_rkey(device(), pd_, attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len, IBV_ACCESS_REMOTE_READ))
-        return fail(NakCode::remote_access_error, IBV_WC_REM_ACCESS_ERR);
-      mr_lock.unlock();
-      const uint32_t n = packets_for(len, mtu);
-      resources_.push_back(Resource{false, psn, psn_add(psn, n - 1), pkt.reth.va, len, pkt.reth.rkey, 0});
-      msn_ = psn_add(msn_, 1);  // IBTA C9-148: counted when executed
-      read_reply_locked(psn, pkt.reth.va, pkt.reth.rkey, len);
-      epsn_ = psn_add(psn, n);
-      prev_opcode_ = op.opcode;
-      while (resources_.size() > std::max<size_t>(kMinResources, attr_.max_dest_rd_atomic)) resources_.pop_front();
-      return;
+        return RespStep::err_remote_access;
+      return RespStep::check_resources;
     }
     case OpClass::atomic: {
       const uint64_t va = pkt.atomic_eth.va;
-      if (va % 8) return fail(NakCode::invalid_request, IBV_WC_REM_INV_REQ_ERR);  // misaligned atomic
-      Mr* mr = check_rkey(device(), pd_, attr_.qp_access_flags, pkt.atomic_eth.rkey, va, 8, IBV_ACCESS_REMOTE_ATOMIC);
-      if (!mr) return fail(NakCode::remote_access_error, IBV_WC_REM_ACCESS_ERR);
-      // The operation is atomic with respect to the host CPU too.
-      auto* target = reinterpret_cast<uint64_t*>(mr->host_addr(va));
-      uint64_t orig;
-      if (op.opcode == opcode::rc_compare_swap) {
-        orig = pkt.atomic_eth.compare;
-        __atomic_compare_exchange_n(target, &orig, pkt.atomic_eth.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-      } else {
-        orig = __atomic_fetch_add(target, pkt.atomic_eth.swap_add, __ATOMIC_SEQ_CST);
-      }
-      mr_lock.unlock();
-      resources_.push_back(Resource{true, psn, psn, va, 8, pkt.atomic_eth.rkey, orig});
-      while (resources_.size() > std::max<size_t>(kMinResources, attr_.max_dest_rd_atomic)) resources_.pop_front();
-      msn_ = psn_add(msn_, 1);
-      PacketHeaders h;
-      h.bth.opcode = opcode::rc_atomic_acknowledge;
-      h.bth.dest_qp = attr_.dest_qp_num;
-      h.bth.psn = psn;
-      h.aeth = Aeth::ack(msn_);
-      h.atomic_ack_eth.orig = orig;
-      transmit_locked(h, {});
-      epsn_ = psn_add(psn, 1);
-      prev_opcode_ = op.opcode;
-      return;
+      if (va % 8) return RespStep::err_invalid_request;  // misaligned atomic
+      r.atomic_mr =
+          check_rkey(device(), pd_, attr_.qp_access_flags, pkt.atomic_eth.rkey, va, 8, IBV_ACCESS_REMOTE_ATOMIC);
+      if (!r.atomic_mr) return RespStep::err_remote_access;
+      return RespStep::check_resources;
     }
     default:
-      return;
+      return RespStep::done;  // FLUSH, ATOMIC WRITE: not supported, ignored
   }
+}
 
-  prev_opcode_ = op.opcode;
-  if (rc) {
-    epsn_ = psn_add(psn, 1);
-    // Acknowledge when asked (coalescing the rest, IBTA 9.7.5.1.3).
-    if (pkt.bth.ack_req) send_ack_locked(Aeth::ack(msn_), psn);
+RespStep Qp::resp_check_resources_locked(RespContext& r) {
+  // SENDs and RDMA WRITEs with immediate consume a receive WQE.
+  if (r.op.needs_recv_wqe && !take_recv_wqe_locked()) return RespStep::rnr;
+  return RespStep::check_length;
+}
+
+RespStep Qp::resp_rnr_locked(RespContext& r) {
+  r.mr_lock.unlock();
+  if (r.rc) {
+    rnr_nak_locked(r.psn);
+  } else {
+    resp_.uc_drop = !r.op.ends_message();
   }
+  return RespStep::done;
+}
+
+RespStep Qp::resp_check_length_locked(RespContext& r) {
+  const uint64_t plen = r.pkt.payload.size();
+  const uint32_t mtu = mtu_bytes();
+  const bool ends = r.op.ends_message();
+  // Every packet but the last of a message carries exactly one MTU.
+  if (r.op.op_class == OpClass::send) {
+    if (!ends && plen != mtu) return RespStep::err_invalid_request;
+    if (resp_.rcv.offset + plen > resp_.rcv.wqe.total_length) return RespStep::err_length;
+  } else if (r.op.op_class == OpClass::rdma_write) {
+    // ... and the packets of an RDMA WRITE add up to its RETH's DMA length.
+    if ((!ends && plen != mtu) || plen > resp_.wr.remaining || (ends && plen != resp_.wr.remaining))
+      return RespStep::err_invalid_request;
+  }
+  return RespStep::execute;
+}
+
+RespStep Qp::resp_execute_locked(RespContext& r) {
+  switch (r.op.op_class) {
+    case OpClass::send:
+      return resp_execute_send_locked(r);
+    case OpClass::rdma_write:
+      return resp_execute_write_locked(r);
+    case OpClass::rdma_read_request:
+      return resp_execute_read_locked(r);
+    case OpClass::atomic:
+      return resp_execute_atomic_locked(r);
+    default:
+      return RespStep::done;
+  }
+}
+
+RespStep Qp::resp_execute_send_locked(RespContext& r) {
+  const PacketView& pkt = r.pkt;
+  const uint64_t plen = pkt.payload.size();
+  std::vector<std::span<uint8_t>> spans;
+  if (plen && !resolve_sges(device(), pd_, resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
+                            IBV_ACCESS_LOCAL_WRITE, spans))
+    return RespStep::err_local_protection;
+  scatter(spans, pkt.payload);
+  resp_.rcv.offset += plen;
+  if (r.op.ends_message()) {
+    if (r.op.has_ieth()) {
+      // Only memory windows and fast-registered regions can be invalidated
+      // remotely, and emulated devices have neither (IBTA 10.6.7.2.4).
+      return RespStep::err_invalid_request;
+    }
+    resp_.msn = psn_add(resp_.msn, 1);
+    r.mr_lock.unlock();
+    complete_recv_locked(IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(resp_.rcv.offset), r.op.has_imm(),
+                         pkt.imm.data, false, pkt.bth.se);
+  }
+  return RespStep::acknowledge;
+}
+
+RespStep Qp::resp_execute_write_locked(RespContext& r) {
+  const PacketView& pkt = r.pkt;
+  const uint64_t plen = pkt.payload.size();
+  if (plen) {
+    // Checked for every packet: the region may have gone since the first.
+    Mr* mr =
+        check_rkey(device(), pd_, attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va, plen, IBV_ACCESS_REMOTE_WRITE);
+    if (!mr) return RespStep::err_remote_access;
+    std::memcpy(mr->host_addr(resp_.wr.va), pkt.payload.data(), plen);
+  }
+  resp_.wr.va += plen;
+  resp_.wr.remaining -= plen;
+  if (r.op.ends_message()) {
+    resp_.msn = psn_add(resp_.msn, 1);
+    r.mr_lock.unlock();
+    if (r.op.has_imm())
+      complete_recv_locked(IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, static_cast<uint32_t>(resp_.wr.total), true,
+                           pkt.imm.data, false, pkt.bth.se);
+  }
+  return RespStep::acknowledge;
+}
+
+RespStep Qp::resp_execute_read_locked(RespContext& r) {
+  const PacketView& pkt = r.pkt;
+  const uint32_t psn = r.psn;
+  const uint64_t len = pkt.reth.dma_len;
+  r.mr_lock.unlock();
+  const uint32_t n = packets_for(len, mtu_bytes());
+  keep_resource_locked(ResponderState::Resource{false, psn, psn_add(psn, n - 1), pkt.reth.va, len, pkt.reth.rkey, 0});
+  resp_.msn = psn_add(resp_.msn, 1);  // IBTA C9-148: counted when executed
+  read_reply_locked(psn, pkt.reth.va, pkt.reth.rkey, len);
+  // The read responses are its acknowledgement; its PSNs are the responses'.
+  resp_.epsn = psn_add(psn, n);
+  resp_.prev_opcode = r.op.opcode;
+  return RespStep::done;
+}
+
+RespStep Qp::resp_execute_atomic_locked(RespContext& r) {
+  const PacketView& pkt = r.pkt;
+  const uint32_t psn = r.psn;
+  const uint64_t va = pkt.atomic_eth.va;
+  // The operation is atomic with respect to the host CPU too.
+  auto* target = reinterpret_cast<uint64_t*>(r.atomic_mr->host_addr(va));
+  uint64_t orig;
+  if (r.op.opcode == opcode::rc_compare_swap) {
+    orig = pkt.atomic_eth.compare;
+    __atomic_compare_exchange_n(target, &orig, pkt.atomic_eth.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  } else {
+    orig = __atomic_fetch_add(target, pkt.atomic_eth.swap_add, __ATOMIC_SEQ_CST);
+  }
+  r.mr_lock.unlock();
+  keep_resource_locked(ResponderState::Resource{true, psn, psn, va, 8, pkt.atomic_eth.rkey, orig});
+  resp_.msn = psn_add(resp_.msn, 1);
+  send_atomic_ack_locked(psn, orig);
+  resp_.epsn = psn_add(psn, 1);
+  resp_.prev_opcode = r.op.opcode;
+  return RespStep::done;
+}
+
+RespStep Qp::resp_acknowledge_locked(RespContext& r) {
+  resp_.prev_opcode = r.op.opcode;
+  if (r.rc) {
+    resp_.epsn = psn_add(r.psn, 1);
+    // Acknowledge when asked (coalescing the rest, IBTA 9.7.5.1.3).
+    if (r.pkt.bth.ack_req) send_ack_locked(Aeth::ack(resp_.msn), r.psn);
+  }
+  return RespStep::done;
+}
+
+RespStep Qp::resp_error_locked(RespContext& r, const RespErrorRow& e) {
+  if (r.mr_lock.owns_lock()) r.mr_lock.unlock();
+  if (r.rc) {
+    // RC (class C): NAK, fail the receive WQE in progress, error state.
+    responder_error_locked(e, r.psn);
+    return RespStep::done;
+  }
+  // UC (class D): the message is dropped; reception resumes with a later one.
+  if (resp_.rcv.active) resp_.rcv.offset = 0;
+  resp_.wr = ResponderState::Writing{};
+  resp_.uc_drop = e.uc_drop_until_first || !r.op.ends_message();
+  resp_.prev_opcode = kNoPrevOpcode;
+  return RespStep::done;
 }
 
 void Qp::rnr_nak_locked(uint32_t psn) {
@@ -440,9 +544,9 @@ void Qp::rnr_nak_locked(uint32_t psn) {
   // requester will send it again after the RNR timer. The packets it already has in
   // flight behind it are dropped silently, like those after a sequence NAK: a
   // sequence NAK for them would only start a second, competing retransmission.
-  nak_sent_ = true;
+  resp_.nak_sent = true;
   device().counters().rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-  send_ack_locked(Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
+  send_ack_locked(Aeth::rnr_nak(resp_.msn, attr_.min_rnr_timer), psn);
 }
 
 void Qp::forge_nak(uint32_t psn, uint8_t syndrome) {
@@ -450,14 +554,14 @@ void Qp::forge_nak(uint32_t psn, uint8_t syndrome) {
   if (type_ != IBV_QPT_RC) return;
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
-  send_ack_locked(Aeth{syndrome, msn_}, psn);
+  send_ack_locked(Aeth{syndrome, resp_.msn}, psn);
 }
 
 void Qp::receive(const PacketView& pkt, in_addr src) {
   std::lock_guard lock(mu_);
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
-  heard_from_peer_ = true;
+  req_.heard_from_peer = true;
   if (pkt.op->is_request) {
     responder_locked(pkt, src);
   } else if (s != IBV_QPS_RTR) {

@@ -1,0 +1,199 @@
+// A queue pair: the verbs object (create, modify, query, post) and the
+// transport engine behind it. The engine is three roles, each with its own state
+// and file: the requester (requester.hpp/.cpp) sends requests, the completer
+// (completer.hpp/.cpp) retires them on responses, the responder
+// (responder.hpp/.cpp) executes the peer's requests. They share the QP's
+// attributes, queues, timer and lock (mu_), which every `_locked` function holds.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+
+#include "emu/objects/handle.hpp"
+#include "emu/objects/objects.hpp"
+#include "emu/qp/completer.hpp"
+#include "emu/qp/requester.hpp"
+#include "emu/qp/responder.hpp"
+#include "emu/qp/wq.hpp"
+#include "wire/packet.hpp"
+
+namespace softverbs::emu {
+
+
+class Qp {
+ public:
+  Qp(Pd& pd, const ibv_qp_init_attr& attr);
+  ~Qp();
+  ibv_qp* ibv() { return &handle_.pub.qp_base; }
+  ibv_qp_ex* ibv_ex() { return &handle_.pub; }
+  static Qp* from(ibv_qp* qp) { return Handle<ibv_qp_ex, Qp>::owner_of(qp); }
+  Pd& pd() { return pd_; }
+  Context& context() { return pd_.context(); }
+  Device& device() { return pd_.context().device(); }
+  ibv_qp_type type() const { return type_; }
+  ibv_qp_state state() const { return attr_.qp_state; }
+  uint32_t qpn() const { return handle_.pub.qp_base.qp_num; }
+  void set_qpn(uint32_t qpn) { handle_.pub.qp_base.qp_num = qpn; }
+
+  int modify(ibv_qp_attr* attr, int attr_mask);
+  int query(ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+
+  // The capabilities the QP was created with, as reported back to the caller.
+  const ibv_qp_cap& cap() const { return cap_; }
+  Cq* send_cq() { return send_cq_; }
+  Cq* recv_cq() { return recv_cq_; }
+  Srq* srq() { return srq_; }
+  bool sq_sig_all() const { return sq_sig_all_; }
+
+  EventCount events;
+
+  // ---- the transport engine (requester.cpp, responder.cpp, completer.cpp)
+  // Entry point for a packet addressed to this QP; called by the device's
+  // receive path.
+  void receive(const wire::PacketView& pkt, in_addr src);
+  // Detaches the engine's timer; the QP is about to be destroyed.
+  void shutdown();
+  // Answers a request as if the responder had refused it (the fault layer's nak).
+  void forge_nak(uint32_t psn, uint8_t syndrome);
+  // Moves the QP to the error state as a local catastrophic error would: every
+  // outstanding work request is flushed; with `event`, IBV_EVENT_QP_FATAL.
+  void force_error(bool event);
+
+ private:
+  // Moves the QP to `next` and does what the transition does to the roles (modify).
+  void enter_state_locked(ibv_qp_state cur, ibv_qp_state next);
+  // A validated send work request into the send queue (post_send).
+  void enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest);
+
+  // ---- shared by the roles -------------------------------------------------
+  void flush_locked();
+  // Moves the QP to the error state and flushes it (and raises LAST_WQE_REACHED
+  // for an SRQ QP).
+  void enter_error_locked();
+  // Entering the error state from the QP's timer (it flushes the queues the
+  // caller may be iterating over); with `event`, IBV_EVENT_QP_FATAL.
+  void request_error_locked(bool event);
+  void error_locked(bool event);
+  void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited);
+  void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
+  // Fails w (the oldest unacknowledged send WQE when null) with `status`, after
+  // completing the WQEs before it, and moves the QP to the error state.
+  void fail_send_locked(SendWqe* w, ibv_wc_status status);
+  void arm_timer_locked();
+  void on_timer();
+  // wire
+  void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
+                          std::span<const std::span<const uint8_t>> payload);
+  uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
+  bool resolve_dest_locked();
+
+  // ---- requester (requester.cpp) -------------------------------------------
+  void requester_locked();
+  bool send_next_packet_locked();
+  bool may_start_locked(SendWqe& w);
+  void send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset);
+  void send_atomic_locked(SendWqe& w);
+  bool send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>& mr_lock);
+  bool send_ud_locked();
+  void retransmit_from_locked(uint32_t psn);
+
+  // ---- completer (completer.cpp) -------------------------------------------
+  // Runs the steps of completer.hpp: one function per step, each returning the next.
+  void completer_locked(const wire::PacketView& pkt);
+  CompStep comp_get_ack_locked(CompContext& c);
+  CompStep comp_check_psn_locked(CompContext& c);
+  CompStep comp_check_ack_locked(CompContext& c);
+  CompStep comp_ack_locked(CompContext& c);
+  CompStep comp_rnr_nak_locked(CompContext& c);
+  CompStep comp_rnr_retry_locked(CompContext& c);
+  CompStep comp_seq_nak_locked(CompContext& c);
+  CompStep comp_retry_locked(CompContext& c);
+  CompStep comp_error_nak_locked(CompContext& c);
+  CompStep comp_read_resp_locked(CompContext& c);
+  CompStep comp_do_read_locked(CompContext& c);
+  CompStep comp_do_atomic_locked(CompContext& c);
+  CompStep comp_update_locked(CompContext& c);
+  CompStep comp_error_locked(CompContext& c);
+  void ack_through_locked(CompContext& c, uint32_t upto_exclusive);
+  void retire_acked_locked();
+  void check_drained_locked();
+
+  // ---- responder (responder.cpp) -------------------------------------------
+  // Runs the steps of responder.hpp: one function per step, each returning the
+  // next; the error steps go through kRespErrors to resp_error_locked.
+  void responder_locked(const wire::PacketView& pkt, in_addr src);
+  RespStep resp_check_op_valid_locked(RespContext& r);
+  RespStep resp_establish_locked(RespContext& r);
+  RespStep resp_check_psn_locked(RespContext& r);
+  RespStep resp_duplicate_locked(RespContext& r);
+  RespStep resp_nak_psn_locked(RespContext& r);
+  RespStep resp_check_op_seq_locked(RespContext& r);
+  RespStep resp_check_rkey_locked(RespContext& r);
+  RespStep resp_check_resources_locked(RespContext& r);
+  RespStep resp_rnr_locked(RespContext& r);
+  RespStep resp_check_length_locked(RespContext& r);
+  RespStep resp_execute_locked(RespContext& r);
+  RespStep resp_execute_send_locked(RespContext& r);
+  RespStep resp_execute_write_locked(RespContext& r);
+  RespStep resp_execute_read_locked(RespContext& r);
+  RespStep resp_execute_atomic_locked(RespContext& r);
+  RespStep resp_acknowledge_locked(RespContext& r);
+  RespStep resp_drop_locked(RespContext& r);
+  RespStep resp_error_locked(RespContext& r, const RespErrorRow& e);
+  void send_ack_locked(wire::Aeth aeth, uint32_t psn);
+  void send_atomic_ack_locked(uint32_t psn, uint64_t orig);
+  void rnr_nak_locked(uint32_t psn);
+  bool take_recv_wqe_locked();
+  void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm, uint32_t imm,
+                            bool with_inv, bool solicited);
+  void responder_error_locked(const RespErrorRow& e, uint32_t psn);
+  void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
+  void keep_resource_locked(const ResponderState::Resource& r);
+  void ud_receive_locked(const wire::PacketView& pkt, in_addr src);
+
+  // ---- shared parts: attributes, queues, lock ------------------------------
+  Handle<ibv_qp_ex, Qp> handle_;
+  Pd& pd_;
+  ibv_qp_type type_;
+  Cq* send_cq_;
+  Cq* recv_cq_;
+  Srq* srq_;
+  bool sq_sig_all_;
+  ibv_qp_cap cap_{};
+  ibv_qp_attr attr_{};
+
+  // Lock order: mu_, then the device's mr_lock(), then an SRQ's mu or a CQ's.
+  std::mutex mu_;
+  WorkQueue<SendWqe> sq_;
+  WorkQueue<RecvWqe> rq_;
+
+  // Destination, resolved from the address vector at RTR.
+  in_addr dest_addr_{};
+  // A completion was forced to an error status (or lost to a CQ overrun): the QP
+  // enters the error state from its timer, and until then its completions flush.
+  bool error_pending_ = false;
+  bool error_event_ = false;  // ... with IBV_EVENT_QP_FATAL
+  // The QP's one timer: the local ACK timeout (deadline_, armed by the requester)
+  // and the RNR wait (rnr_until_, armed by the completer); also the deferred entry
+  // to the error state.
+  std::chrono::steady_clock::time_point deadline_{};
+  std::chrono::steady_clock::time_point rnr_until_{};
+  std::shared_ptr<EngineTimer> timer_;
+
+  // ---- per-role state ------------------------------------------------------
+  RequesterState req_;
+  CompleterState comp_;
+  ResponderState resp_;
+};
+
+}  // namespace softverbs::emu
