@@ -354,4 +354,16 @@ void VerbsTest::expect_state(ibv_qp* qp, ibv_qp_state expected) {
                                   << qp_state_name(expected);
 }
 
+void VerbsCqTest::SetUp() {
+  VerbsTest::SetUp();
+  if (IsSkipped() || HasFatalFailure()) return;
+  cq_ = make_cq(64);
+  ASSERT_TRUE(cq_);
+}
+
+void VerbsCqTest::TearDown() {
+  cq_.reset();
+  VerbsTest::TearDown();
+}
+
 }  // namespace conformance

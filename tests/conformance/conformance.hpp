@@ -158,6 +158,16 @@ class VerbsTest : public ::testing::TestWithParam<std::string> {
   ibv_gid ipv4_gid_{};
 };
 
+// A VerbsTest with one CQ of 64 entries on the device (cq_), destroyed before
+// the fixture's PD and context.
+class VerbsCqTest : public VerbsTest {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  Cq cq_;
+};
+
 }  // namespace conformance
 
 // Instantiates a VerbsTest-derived fixture over every listed device. With no

@@ -96,10 +96,7 @@ class PairTest : public ::testing::Test {
       s.cq = ibv_create_cq(s.ctx, p.cq_depth, nullptr, nullptr, 0);
       ASSERT_TRUE(s.pd && s.cq);
       if (p.with_srq) {
-        ibv_srq_init_attr sa{};
-        sa.attr.max_wr = 16;
-        sa.attr.max_sge = 1;
-        s.srq = ibv_create_srq(s.pd, &sa);
+        s.srq = softverbs::testkit::create_srq(s.pd, 16);
         ASSERT_NE(s.srq, nullptr);
       }
       ibv_qp_init_attr a = softverbs::testkit::qp_init_attr({}, s.cq, s.cq, s.srq);

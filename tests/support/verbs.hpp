@@ -150,4 +150,12 @@ inline ibv_qp_init_attr qp_init_attr(const QpShape& s, ibv_cq* scq, ibv_cq* rcq,
   return a;
 }
 
+// An SRQ of max_wr receives of max_sge entries on pd, or null (errno set).
+inline ibv_srq* create_srq(ibv_pd* pd, uint32_t max_wr, uint32_t max_sge = 1) {
+  ibv_srq_init_attr a{};
+  a.attr.max_wr = max_wr;
+  a.attr.max_sge = max_sge;
+  return ibv_create_srq(pd, &a);
+}
+
 }  // namespace softverbs::testkit
