@@ -111,20 +111,7 @@ class DeviceList {
   ibv_device** list_ = nullptr;
 };
 
-// One QP's resources on one device: the usual shape of a test endpoint. Members
-// are destroyed in reverse order: the QP before its CQs, SRQ and PD.
-struct Resources {
-  Context ctx;
-  Pd pd;
-  Channel channel;
-  Cq scq, rcq;  // rcq is empty when one CQ serves both queues
-  Srq srq;
-  Qp qp;
-
-  ibv_cq* recv_cq() const { return rcq ? rcq.get() : scq.get(); }
-};
-
-// Capabilities and queues of a QP to create with make_qp().
+// Capabilities and queues of a QP, for qp_init_attr().
 struct QpShape {
   ibv_qp_type type = IBV_QPT_RC;
   uint32_t max_send_wr = 16;
