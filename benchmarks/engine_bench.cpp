@@ -1,4 +1,5 @@
-// In-process engine benchmarks, written against the public verbs API only.
+// In-process engine benchmarks, written against the public verbs API only (and
+// the test kit, tests/support/, which uses nothing else).
 //
 // Two emulated devices of this process (emu0, emu1) each get a PD, a CQ, a
 // registered buffer and one RC QP; the QPs are connected to each other over
@@ -11,9 +12,8 @@
 //
 // SOFTVERBS_DEVICES is set to 2 by main() unless the environment already sets
 // it; it must then name at least two devices.
-#include <infiniband/verbs.h>
-
 #include <benchmark/benchmark.h>
+#include <infiniband/verbs.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,6 +21,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "tests/support/connect.hpp"
+#include "tests/support/verbs.hpp"
 
 namespace {
 
@@ -47,7 +50,7 @@ struct Fixture {
   ibv_device** list = nullptr;
   Side a, b;  // a: requester, b: responder
   uint8_t max_rd_atomic = 1;
-  std::string error;  // why the fixture is unusable, or empty
+  std::string error;    // why the fixture is unusable, or empty
   bool broken = false;  // an earlier benchmark stalled or failed: the QPs are not trustworthy
 };
 
@@ -69,57 +72,29 @@ bool open_side(ibv_device* dev, Side& s) {
   s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(),
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (!s.mr) return fail("ibv_reg_mr");
-  ibv_qp_init_attr ia{};
-  ia.send_cq = s.cq;
-  ia.recv_cq = s.cq;
-  ia.qp_type = IBV_QPT_RC;
-  ia.cap.max_send_wr = kMaxSendWr;
-  ia.cap.max_recv_wr = kMaxRecvWr;
-  ia.cap.max_send_sge = 1;
-  ia.cap.max_recv_sge = 1;
-  ia.cap.max_inline_data = kMaxInline;
+  softverbs::testkit::QpShape shape;
+  shape.max_send_wr = kMaxSendWr;
+  shape.max_recv_wr = kMaxRecvWr;
+  shape.max_inline_data = kMaxInline;
+  ibv_qp_init_attr ia = softverbs::testkit::qp_init_attr(shape, s.cq, s.cq);
   s.qp = ibv_create_qp(s.pd, &ia);
   if (!s.qp) return fail("ibv_create_qp");
   if (ibv_query_gid(s.ctx, 1, 1, &s.gid)) return fail("ibv_query_gid(index 1)");
   return true;
 }
 
-bool connect(Side& s, const Side& peer) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  if ((errno = ibv_modify_qp(s.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)))
-    return fail("modify_qp INIT");
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_4096;
-  a.dest_qp_num = peer.qp->qp_num;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = g.max_rd_atomic;
-  a.min_rnr_timer = 1;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = peer.gid;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.port_num = 1;
-  if ((errno = ibv_modify_qp(s.qp, &a,
-                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
-    return fail("modify_qp RTR");
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.sq_psn = 0;
-  a.max_rd_atomic = g.max_rd_atomic;
-  if ((errno = ibv_modify_qp(s.qp, &a,
-                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                 IBV_QP_MAX_QP_RD_ATOMIC)))
-    return fail("modify_qp RTS");
-  return true;
+// Both QPs to RTS towards each other: path MTU 4096, timeout 14 (67 ms),
+// retry_cnt and rnr_retry 7, first PSNs 0.
+bool connect_sides() {
+  softverbs::testkit::QpPath p;
+  p.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  p.path_mtu = IBV_MTU_4096;
+  p.max_dest_rd_atomic = p.max_rd_atomic = g.max_rd_atomic;
+  const softverbs::testkit::Connected r = softverbs::testkit::connect_pair(
+      g.a.qp, softverbs::testkit::ah_to_gid(g.b.gid), g.b.qp, softverbs::testkit::ah_to_gid(g.a.gid), p);
+  if (r) return true;
+  errno = r.rc;
+  return fail(std::string("modify_qp ") + r.step);
 }
 
 bool setup() {
@@ -134,7 +109,7 @@ bool setup() {
   ibv_device_attr da{};
   if (ibv_query_device(g.a.ctx, &da)) return fail("ibv_query_device");
   g.max_rd_atomic = static_cast<uint8_t>(std::min(16, std::max(1, da.max_qp_rd_atom)));
-  return connect(g.a, g.b) && connect(g.b, g.a);
+  return connect_sides();
 }
 
 void teardown() {

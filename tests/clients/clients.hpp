@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tests/clients/process.hpp"
+#include "tests/support/process.hpp"
 
 namespace softverbs::test {
 

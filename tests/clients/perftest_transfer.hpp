@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/clients/pair.hpp"
+#include "tests/clients/program_pair.hpp"
 
 namespace softverbs::test {
 

@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "tests/clients/pair.hpp"
+#include "tests/clients/program_pair.hpp"
 
 namespace softverbs::test {
 namespace {

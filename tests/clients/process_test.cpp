@@ -1,5 +1,5 @@
 // The process runner the client tests are built on.
-#include "tests/clients/process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -22,10 +22,7 @@ TEST_P(AsyncTest, NonBlockingWithNothingQueued) {
 TEST_P(AsyncTest, LastWqeReachedForAnSrqQpInError) {
   Cq cq = make_cq();
   ASSERT_TRUE(cq);
-  ibv_srq_init_attr sattr{};
-  sattr.attr.max_wr = 8;
-  sattr.attr.max_sge = 1;
-  Srq srq(ibv_create_srq(pd_, &sattr));
+  Srq srq(softverbs::testkit::create_srq(pd_, 8));
   ASSERT_TRUE(srq) << std::strerror(errno);
   Qp other = make_qp(IBV_QPT_RC, cq.get(), srq.get());
   Qp qp = make_qp(IBV_QPT_RC, cq.get(), srq.get());
@@ -62,10 +59,7 @@ TEST_P(AsyncTest, EventsOfOneContextStayThere) {
   ASSERT_TRUE(other);
   Cq cq = make_cq();
   ASSERT_TRUE(cq);
-  ibv_srq_init_attr sattr{};
-  sattr.attr.max_wr = 4;
-  sattr.attr.max_sge = 1;
-  Srq srq(ibv_create_srq(pd_, &sattr));
+  Srq srq(softverbs::testkit::create_srq(pd_, 4));
   ASSERT_TRUE(srq);
   Qp qp = make_qp(IBV_QPT_UD, cq.get(), srq.get());
   ASSERT_TRUE(qp);

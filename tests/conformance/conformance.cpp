@@ -2,24 +2,18 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <poll.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <iterator>
-#include <thread>
 
 namespace conformance {
 
 const std::vector<std::string>& device_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
-    int num = 0;
-    ibv_device** list = ibv_get_device_list(&num);
-    if (!list) return out;
-    for (int i = 0; i < num && list[i]; ++i) out.emplace_back(ibv_get_device_name(list[i]));
-    ibv_free_device_list(list);
+    const softverbs::testkit::DeviceList list;
+    for (int i = 0; i < list.size() && list[i]; ++i) out.push_back(list.name(i));
     return out;
   }();
   return names;
@@ -71,34 +65,6 @@ std::string outcome(const void* object) {
   return object ? "ok" : errno_name(e);
 }
 
-bool wait_readable(int fd, int timeout_ms) {
-  pollfd p{};
-  p.fd = fd;
-  p.events = POLLIN;
-  for (;;) {
-    int n = ::poll(&p, 1, timeout_ms);
-    if (n < 0 && errno == EINTR) continue;
-    return n == 1 && (p.revents & POLLIN);
-  }
-}
-
-std::vector<ibv_wc> poll_completions(ibv_cq* cq, int n, int timeout_ms) {
-  std::vector<ibv_wc> out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  ibv_wc wc[16];
-  while (static_cast<int>(out.size()) < n) {
-    const int want = std::min(16, n - static_cast<int>(out.size()));
-    const int got = ibv_poll_cq(cq, want, wc);
-    if (got < 0) break;
-    out.insert(out.end(), wc, wc + got);
-    if (got == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::yield();
-    }
-  }
-  return out;
-}
-
 int set_nonblocking(int fd, bool on) {
   int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0) return -1;
@@ -114,40 +80,6 @@ bool gid_is_ipv4_mapped(const ibv_gid& gid) {
 
 bool gid_is_zero(const ibv_gid& gid) {
   return std::all_of(std::begin(gid.raw), std::end(gid.raw), [](uint8_t b) { return b == 0; });
-}
-
-const char* qp_state_name(ibv_qp_state s) {
-  switch (s) {
-    case IBV_QPS_RESET:
-      return "RESET";
-    case IBV_QPS_INIT:
-      return "INIT";
-    case IBV_QPS_RTR:
-      return "RTR";
-    case IBV_QPS_RTS:
-      return "RTS";
-    case IBV_QPS_SQD:
-      return "SQD";
-    case IBV_QPS_SQE:
-      return "SQE";
-    case IBV_QPS_ERR:
-      return "ERR";
-    default:
-      return "?";
-  }
-}
-
-const char* qp_type_name(ibv_qp_type t) {
-  switch (t) {
-    case IBV_QPT_RC:
-      return "RC";
-    case IBV_QPT_UC:
-      return "UC";
-    case IBV_QPT_UD:
-      return "UD";
-    default:
-      return "?";
-  }
 }
 
 std::string qp_mask_names(uint32_t mask) {
@@ -420,6 +352,18 @@ void VerbsTest::expect_state(ibv_qp* qp, ibv_qp_state expected) {
   ASSERT_EQ(ibv_query_qp(qp, &a, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(a.qp_state, expected) << "ibv_query_qp reports " << qp_state_name(a.qp_state) << ", expected "
                                   << qp_state_name(expected);
+}
+
+void VerbsCqTest::SetUp() {
+  VerbsTest::SetUp();
+  if (IsSkipped() || HasFatalFailure()) return;
+  cq_ = make_cq(64);
+  ASSERT_TRUE(cq_);
+}
+
+void VerbsCqTest::TearDown() {
+  cq_.reset();
+  VerbsTest::TearDown();
 }
 
 }  // namespace conformance

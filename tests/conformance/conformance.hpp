@@ -1,8 +1,9 @@
 // Control-path conformance suite: shared fixture and helpers.
 //
-// Everything here uses only the public verbs API (plus the ibv_query_gid_type
-// declaration rdma-core keeps in its private driver header), so the same tests
-// run against any libibverbs-compatible device. Every test is parameterised over
+// Everything here, the test kit (tests/support/) included, uses only the public
+// verbs API (plus the ibv_query_gid_type declaration rdma-core keeps in its
+// private driver header), so the same tests run against any libibverbs-compatible
+// device. Every test is parameterised over
 // the devices ibv_get_device_list() returns; the parameter is the device name.
 #pragma once
 
@@ -16,6 +17,10 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "tests/support/gtest.hpp"
+#include "tests/support/names.hpp"
+#include "tests/support/wait.hpp"
 
 // Declared by rdma-core in <infiniband/driver.h>, which applications do not include.
 enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
@@ -35,12 +40,14 @@ const std::vector<std::string>& device_names();
 std::string device_param_name(const ::testing::TestParamInfo<std::string>& info);
 
 // True if fd becomes readable within timeout_ms.
-bool wait_readable(int fd, int timeout_ms = kEventTimeoutMs);
+inline bool wait_readable(int fd, int timeout_ms = kEventTimeoutMs) {
+  return softverbs::testkit::wait_readable(fd, timeout_ms);
+}
 
-// Polls cq until n completions were collected or timeout_ms passed (a device
-// may generate completions, flushed ones included, from another thread).
-// Returns what was collected; a negative poll result ends the wait.
-std::vector<ibv_wc> poll_completions(ibv_cq* cq, int n, int timeout_ms = kEventTimeoutMs);
+// Up to n completions of cq collected within timeout_ms (tests/support/wait.hpp).
+inline std::vector<ibv_wc> poll_completions(ibv_cq* cq, int n, int timeout_ms = kEventTimeoutMs) {
+  return softverbs::testkit::poll_completions(cq, n, timeout_ms);
+}
 
 // Sets or clears O_NONBLOCK; returns the previous flags (or -1).
 int set_nonblocking(int fd, bool on);
@@ -73,8 +80,8 @@ std::string errno_name(int e);
 // errno (read before anything else can change it).
 std::string outcome(const void* object);
 
-const char* qp_state_name(ibv_qp_state s);
-const char* qp_type_name(ibv_qp_type t);
+using softverbs::testkit::qp_state_name;
+using softverbs::testkit::qp_type_name;
 std::string qp_mask_names(uint32_t mask);
 
 // One row of the IBTA modify-QP state transition table (IBTA Vol 1 11.2.5.2,
@@ -89,58 +96,16 @@ struct TransitionRule {
 };
 TransitionRule transition_rule(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next);
 
-// Owns one verbs object and destroys it when going out of scope. destroy()
-// lets a test check the destroy call itself; on failure ownership is kept so the
-// object is destroyed again at scope exit (after the test removed the blocker).
-template <class T, auto Destroy>
-class Owned {
- public:
-  Owned() = default;
-  explicit Owned(T* p) : p_(p) {}
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-  Owned(Owned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  Owned& operator=(Owned&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-    }
-    return *this;
-  }
-  ~Owned() { reset(); }
-
-  T* get() const { return p_; }
-  T* operator->() const { return p_; }
-  explicit operator bool() const { return p_ != nullptr; }
-  T* release() { return std::exchange(p_, nullptr); }
-
-  void reset(T* p = nullptr) {
-    if (p_) {
-      int rc = Destroy(p_);
-      EXPECT_EQ(rc, 0) << "destroying a verbs object at scope exit failed";
-    }
-    p_ = p;
-  }
-
-  // Calls the destroy verb and returns its result.
-  int destroy() {
-    int rc = Destroy(p_);
-    if (rc == 0) p_ = nullptr;
-    return rc;
-  }
-
- private:
-  T* p_ = nullptr;
-};
-
-using Context = Owned<ibv_context, &ibv_close_device>;
-using Pd = Owned<ibv_pd, &ibv_dealloc_pd>;
-using Mr = Owned<ibv_mr, &ibv_dereg_mr>;
-using Channel = Owned<ibv_comp_channel, &ibv_destroy_comp_channel>;
-using Cq = Owned<ibv_cq, &ibv_destroy_cq>;
-using Srq = Owned<ibv_srq, &ibv_destroy_srq>;
-using Qp = Owned<ibv_qp, &ibv_destroy_qp>;
-using Ah = Owned<ibv_ah, &ibv_destroy_ah>;
+// Owners of verbs objects (tests/support/verbs.hpp): a destroy that fails at
+// scope exit is a test failure.
+using Context = softverbs::testkit::Checked::Context;
+using Pd = softverbs::testkit::Checked::Pd;
+using Mr = softverbs::testkit::Checked::Mr;
+using Channel = softverbs::testkit::Checked::Channel;
+using Cq = softverbs::testkit::Checked::Cq;
+using Srq = softverbs::testkit::Checked::Srq;
+using Qp = softverbs::testkit::Checked::Qp;
+using Ah = softverbs::testkit::Checked::Ah;
 
 // Fixture: opens the device named by the parameter, queries it and its first
 // port, allocates a PD, and offers helpers for CQs, QPs and QP state changes.
@@ -191,6 +156,16 @@ class VerbsTest : public ::testing::TestWithParam<std::string> {
   // The IPv4-mapped RoCEv2 GID (Ethernet ports), -1 if none.
   int ipv4_gid_index_ = -1;
   ibv_gid ipv4_gid_{};
+};
+
+// A VerbsTest with one CQ of 64 entries on the device (cq_), destroyed before
+// the fixture's PD and context.
+class VerbsCqTest : public VerbsTest {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  Cq cq_;
 };
 
 }  // namespace conformance

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tests/support/connect.hpp"
+
 namespace conformance {
 
 // ---------------------------------------------------------------------------
@@ -86,34 +88,7 @@ ibv_send_wr send_wr(uint64_t wr_id, ibv_wr_opcode opcode, ibv_sge* sge, int num_
 // ---------------------------------------------------------------------------
 // Completions
 
-namespace {
-
-const char* wc_opcode_name(ibv_wc_opcode op) {
-  switch (op) {
-    case IBV_WC_SEND:
-      return "SEND";
-    case IBV_WC_RDMA_WRITE:
-      return "RDMA_WRITE";
-    case IBV_WC_RDMA_READ:
-      return "RDMA_READ";
-    case IBV_WC_COMP_SWAP:
-      return "COMP_SWAP";
-    case IBV_WC_FETCH_ADD:
-      return "FETCH_ADD";
-    case IBV_WC_BIND_MW:
-      return "BIND_MW";
-    case IBV_WC_LOCAL_INV:
-      return "LOCAL_INV";
-    case IBV_WC_RECV:
-      return "RECV";
-    case IBV_WC_RECV_RDMA_WITH_IMM:
-      return "RECV_RDMA_WITH_IMM";
-    default:
-      return "?";
-  }
-}
-
-}  // namespace
+using softverbs::testkit::wc_opcode_name;
 
 std::string describe(const ibv_wc& wc) {
   char buf[256];
@@ -173,16 +148,9 @@ void DataPathTest::make_endpoint(const PairOptions& o, Endpoint* out) {
   out->scq = make_cq(o.cqe, o.channel);
   out->rcq = make_cq(o.cqe, o.channel);
   ASSERT_TRUE(out->scq && out->rcq);
-  ibv_qp_init_attr init{};
-  init.qp_type = o.type;
-  init.send_cq = out->scq.get();
-  init.recv_cq = out->rcq.get();
-  init.cap.max_send_wr = o.max_send_wr;
-  init.cap.max_recv_wr = o.max_recv_wr;
-  init.cap.max_send_sge = o.max_send_sge;
-  init.cap.max_recv_sge = o.max_recv_sge;
-  init.cap.max_inline_data = o.max_inline_data;
-  init.sq_sig_all = o.sq_sig_all;
+  const softverbs::testkit::QpShape shape{o.type,         o.max_send_wr,     o.max_recv_wr, o.max_send_sge,
+                                          o.max_recv_sge, o.max_inline_data, o.sq_sig_all};
+  ibv_qp_init_attr init = softverbs::testkit::qp_init_attr(shape, out->scq.get(), out->rcq.get());
   ibv_qp* qp = ibv_create_qp(pd_, &init);
   ASSERT_NE(qp, nullptr) << "ibv_create_qp(" << qp_type_name(o.type) << "): " << std::strerror(errno);
   out->qp.reset(qp);
@@ -197,44 +165,22 @@ void DataPathTest::make_endpoint(const PairOptions& o, Endpoint* out) {
 void DataPathTest::connect(Endpoint& ep, uint32_t remote_qpn, const PairOptions& o, bool is_a) {
   const bool rc = o.type == IBV_QPT_RC;
   int access = is_a ? o.access_a : o.access_b;
-  if (access < 0)
-    access =
-        rc ? (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) : IBV_ACCESS_REMOTE_WRITE;
-
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = kPort;
-  a.qp_access_flags = static_cast<unsigned>(access);
-  ASSERT_EQ(ibv_modify_qp(ep.qp.get(), &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0)
-      << "RESET->INIT";
-
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = o.path_mtu ? o.path_mtu : active_mtu();
-  a.dest_qp_num = remote_qpn;
-  a.rq_psn = is_a ? o.psn_b : o.psn_a;
-  a.ah_attr = loopback_ah_attr();
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (rc) {
-    a.max_dest_rd_atomic = static_cast<uint8_t>(std::clamp(dattr_.max_qp_rd_atom, 1, 16));
-    a.min_rnr_timer = o.min_rnr_timer;
-    mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  }
-  ASSERT_EQ(ibv_modify_qp(ep.qp.get(), &a, mask), 0) << "INIT->RTR";
-
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = is_a ? o.psn_a : o.psn_b;
-  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (rc) {
-    a.timeout = o.timeout;
-    a.retry_cnt = o.retry_cnt;
-    a.rnr_retry = o.rnr_retry;
-    a.max_rd_atomic = static_cast<uint8_t>(std::clamp(dattr_.max_qp_init_rd_atom, 1, 16));
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  }
-  ASSERT_EQ(ibv_modify_qp(ep.qp.get(), &a, mask), 0) << "RTR->RTS";
+  softverbs::testkit::QpPath p;
+  p.port = kPort;
+  p.access = access >= 0 ? static_cast<unsigned>(access)
+                         : (rc ? softverbs::testkit::kRemoteAll : unsigned{IBV_ACCESS_REMOTE_WRITE});
+  p.path_mtu = o.path_mtu ? o.path_mtu : active_mtu();
+  p.rq_psn = is_a ? o.psn_b : o.psn_a;
+  p.sq_psn = is_a ? o.psn_a : o.psn_b;
+  p.max_dest_rd_atomic = static_cast<uint8_t>(std::clamp(dattr_.max_qp_rd_atom, 1, 16));
+  p.min_rnr_timer = o.min_rnr_timer;
+  p.timeout = o.timeout;
+  p.retry_cnt = o.retry_cnt;
+  p.rnr_retry = o.rnr_retry;
+  p.max_rd_atomic = static_cast<uint8_t>(std::clamp(dattr_.max_qp_init_rd_atom, 1, 16));
+  const softverbs::testkit::Connected r =
+      softverbs::testkit::connect_qp(ep.qp.get(), remote_qpn, loopback_ah_attr(), p);
+  ASSERT_EQ(r.rc, 0) << r.step;
 }
 
 void DataPathTest::make_pair(const PairOptions& o, Pair* out) {
@@ -277,11 +223,9 @@ void DataPathTest::expect_no_wc(ibv_cq* cq, int quiet_ms) {
 }
 
 ibv_qp_state DataPathTest::query_state(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  ibv_qp_init_attr init{};
-  const int rc = ibv_query_qp(qp, &a, IBV_QP_STATE, &init);
-  EXPECT_EQ(rc, 0) << "ibv_query_qp";
-  return rc == 0 ? a.qp_state : static_cast<ibv_qp_state>(-1);
+  const ibv_qp_state st = softverbs::testkit::query_state(qp);
+  EXPECT_NE(static_cast<int>(st), -1) << "ibv_query_qp";
+  return st;
 }
 
 std::optional<ibv_async_event> DataPathTest::next_async_event(int timeout_ms) {

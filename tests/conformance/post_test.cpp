@@ -7,20 +7,8 @@
 namespace conformance {
 namespace {
 
-class PostTest : public VerbsTest {
+class PostTest : public VerbsCqTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
-    cq_ = make_cq(64);
-    ASSERT_TRUE(cq_);
-  }
-  void TearDown() override {
-    cq_.reset();
-    VerbsTest::TearDown();
-  }
-
-  Cq cq_;
   char buf_[4096] = {};
 };
 CONFORMANCE_INSTANTIATE(PostTest);
@@ -110,10 +98,7 @@ TEST_P(PostTest, RecvInResetIsRefused) {
 }
 
 TEST_P(PostTest, RecvOnAQpThatUsesAnSrq) {
-  ibv_srq_init_attr sattr{};
-  sattr.attr.max_wr = 4;
-  sattr.attr.max_sge = 1;
-  Srq srq(ibv_create_srq(pd_, &sattr));
+  Srq srq(softverbs::testkit::create_srq(pd_, 4));
   ASSERT_TRUE(srq);
   Qp qp = make_qp(IBV_QPT_RC, cq_.get(), srq.get());
   ASSERT_TRUE(qp);

@@ -23,19 +23,8 @@ std::string step(ibv_qp_type type, ibv_qp_state cur, ibv_qp_state next) {
   return std::string(qp_type_name(type)) + " " + qp_state_name(cur) + "->" + qp_state_name(next);
 }
 
-class QpStateTest : public VerbsTest {
+class QpStateTest : public VerbsCqTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
-    cq_ = make_cq(64);
-    ASSERT_TRUE(cq_);
-  }
-  void TearDown() override {
-    cq_.reset();
-    VerbsTest::TearDown();
-  }
-
   // A new QP of the type, driven to state.
   Qp qp_in(ibv_qp_type type, ibv_qp_state state) {
     Qp qp = make_qp(type, cq_.get());
@@ -59,8 +48,6 @@ class QpStateTest : public VerbsTest {
   void check_missing_required(ibv_qp_type type);
   void check_extra_attributes(ibv_qp_type type);
   void check_optional_attributes(ibv_qp_type type);
-
-  Cq cq_;
 };
 CONFORMANCE_INSTANTIATE(QpStateTest);
 

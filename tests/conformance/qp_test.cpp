@@ -114,10 +114,7 @@ TEST_P(QpTest, QueryMatchesTheWrittenBackCaps) {
 TEST_P(QpTest, CreateWithSrq) {
   Cq cq = make_cq();
   ASSERT_TRUE(cq);
-  ibv_srq_init_attr sattr{};
-  sattr.attr.max_wr = 8;
-  sattr.attr.max_sge = 1;
-  Srq srq(ibv_create_srq(pd_, &sattr));
+  Srq srq(softverbs::testkit::create_srq(pd_, 8));
   ASSERT_TRUE(srq);
   for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UD}) {
     SCOPED_TRACE(qp_type_name(type));

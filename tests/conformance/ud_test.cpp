@@ -14,13 +14,11 @@ namespace {
 constexpr uint32_t kQkey = 0x11111111;  // valid_attr()'s
 constexpr uint32_t kGrh = 40;
 
-class UdTest : public VerbsTest {
+class UdTest : public VerbsCqTest {
  protected:
   void SetUp() override {
-    VerbsTest::SetUp();
+    VerbsCqTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    cq_ = make_cq(64);
-    ASSERT_TRUE(cq_);
     for (Qp* q : {&a_, &b_}) {
       *q = make_qp(IBV_QPT_UD, cq_.get());
       ASSERT_TRUE(*q);
@@ -39,8 +37,7 @@ class UdTest : public VerbsTest {
     b_.reset();
     ah_.reset();
     mr_.reset();
-    cq_.reset();
-    VerbsTest::TearDown();
+    VerbsCqTest::TearDown();
   }
 
   // Posts a receive of `len` bytes at offset 32 KiB of the buffer.
@@ -94,7 +91,6 @@ class UdTest : public VerbsTest {
     return false;
   }
 
-  Cq cq_;
   Qp a_, b_;
   Mr mr_;
   Ah ah_;

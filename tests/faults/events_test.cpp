@@ -1,7 +1,7 @@
 // One test per async event that needs the fault layer or a natural cause not
 // covered by the conformance suite (docs/compatibility.md, "Async events"), and
 // the CQ overrun semantics.
-#include "pair.hpp"
+#include "tests/faults/rc_pair.hpp"
 
 namespace faults_test {
 namespace {
@@ -39,7 +39,7 @@ TEST_F(Event, CqErrOnOverrunAndTheQpFails) {
   EXPECT_EQ(ev.element.cq, a_.cq);
   ev = expect_event(a_.ctx, IBV_EVENT_QP_FATAL);
   EXPECT_EQ(ev.element.qp, a_.qp);
-  EXPECT_EQ(state_of(a_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(query_state(a_.qp), IBV_QPS_ERR);
   ibv_wc wc[4];
   ASSERT_EQ(ibv_poll_cq(a_.cq, 4, wc), 1);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
@@ -57,7 +57,7 @@ TEST_F(Event, QpFatalByTheControlApi) {
   ASSERT_EQ(softverbs_qp_force_error(a_.qp), 0);
   ibv_async_event ev = expect_event(a_.ctx, IBV_EVENT_QP_FATAL);
   EXPECT_EQ(ev.element.qp, a_.qp);
-  EXPECT_EQ(state_of(a_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(query_state(a_.qp), IBV_QPS_ERR);
   ibv_wc wc{};
   ASSERT_TRUE(wait_wc(a_.cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
@@ -201,11 +201,9 @@ TEST_F(Event, SrqErrRaised) {
 // DEVICE_FATAL on the third device (fc), which no other test uses: a failed
 // device stays failed for the life of the process.
 TEST_F(Event, DeviceFatal) {
-  int n = 0;
-  list_ = ibv_get_device_list(&n);
-  ASSERT_GE(n, 3) << "needs a third emulated device (SOFTVERBS_DEVICES=fa,fb,fc)";
+  ASSERT_GE(list_.size(), 3) << "needs a third emulated device (SOFTVERBS_DEVICES=fa,fb,fc)";
   Side& c = a_;
-  c.device = ibv_get_device_name(list_[2]);
+  c.device = list_.name(2);
   c.ctx = ibv_open_device(list_[2]);
   ASSERT_NE(c.ctx, nullptr);
   c.pd = ibv_alloc_pd(c.ctx);
@@ -225,7 +223,7 @@ TEST_F(Event, DeviceFatal) {
 
   ASSERT_EQ(softverbs_device_fatal(c.device.c_str()), 0);
   expect_event(c.ctx, IBV_EVENT_DEVICE_FATAL);
-  EXPECT_EQ(state_of(c.qp), IBV_QPS_ERR);
+  EXPECT_EQ(query_state(c.qp), IBV_QPS_ERR);
   ibv_wc wc{};
   ASSERT_TRUE(wait_wc(c.cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
@@ -252,7 +250,7 @@ TEST_F(Event, QpReqErrAtTheResponder) {
   ASSERT_EQ(post(a_, b_, IBV_WR_SEND, 100), 0);
   ibv_async_event ev = expect_event(b_.ctx, IBV_EVENT_QP_REQ_ERR);
   EXPECT_EQ(ev.element.qp, b_.qp);
-  EXPECT_EQ(state_of(b_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(query_state(b_.qp), IBV_QPS_ERR);
 }
 
 // An RDMA WRITE with a bad rkey: IBV_EVENT_QP_ACCESS_ERR at the responder.
@@ -326,7 +324,7 @@ TEST_P(RaisedQpEvent, ReachesItsElement) {
     EXPECT_EQ(ev.element.cq, a_.cq);
   else
     EXPECT_EQ(ev.element.qp, a_.qp);
-  EXPECT_EQ(state_of(a_.qp), IBV_QPS_RTS);
+  EXPECT_EQ(query_state(a_.qp), IBV_QPS_RTS);
   pollfd pf{b_.ctx->async_fd, POLLIN, 0};
   EXPECT_EQ(::poll(&pf, 1, 0), 0);
   // A scenario raises QP events on the QP its rule matched.

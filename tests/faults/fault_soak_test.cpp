@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "pair.hpp"
+#include "tests/faults/rc_pair.hpp"
 
 namespace {
 
@@ -44,9 +44,7 @@ uint8_t pattern(uint64_t seq, uint32_t i) { return static_cast<uint8_t>(seq * 13
 class FaultSoak : public ::testing::Test {
  protected:
   void SetUp() override {
-    int n = 0;
-    list_ = ibv_get_device_list(&n);
-    ASSERT_GE(n, 2) << "needs two emulated devices (SOFTVERBS_DEVICES=fa,fb)";
+    ASSERT_GE(list_.size(), 2) << "needs two emulated devices (SOFTVERBS_DEVICES=fa,fb)";
     open(a_, list_[0]);
     open(b_, list_[1]);
     connect(a_, b_);
@@ -64,7 +62,6 @@ class FaultSoak : public ::testing::Test {
       if (s->pd) ibv_dealloc_pd(s->pd);
       if (s->ctx) ibv_close_device(s->ctx);
     }
-    if (list_) ibv_free_device_list(list_);
   }
 
   void open(Side& s, ibv_device* dev) {
@@ -73,13 +70,9 @@ class FaultSoak : public ::testing::Test {
     s.pd = ibv_alloc_pd(s.ctx);
     s.cq = ibv_create_cq(s.ctx, 256, nullptr, nullptr, 0);
     ASSERT_NE(s.cq, nullptr);
-    ibv_qp_init_attr a{};
-    a.send_cq = a.recv_cq = s.cq;
-    a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = 64;
-    a.cap.max_recv_wr = 64;
-    a.cap.max_send_sge = 1;
-    a.cap.max_recv_sge = 1;
+    softverbs::testkit::QpShape shape;
+    shape.max_send_wr = shape.max_recv_wr = 64;
+    ibv_qp_init_attr a = softverbs::testkit::qp_init_attr(shape, s.cq, s.cq);
     s.qp = ibv_create_qp(s.pd, &a);
     ASSERT_NE(s.qp, nullptr);
     s.send_buf.assign(kMsg, 0);
@@ -224,8 +217,8 @@ class FaultSoak : public ::testing::Test {
     EXPECT_EQ(a_.counter, b_.fetch_adds);
     EXPECT_EQ(b_.counter, a_.fetch_adds);
     softverbs_counters ca{}, cb{};
-    softverbs_device_counters(ibv_get_device_name(list_[0]), &ca, sizeof ca);
-    softverbs_device_counters(ibv_get_device_name(list_[1]), &cb, sizeof cb);
+    softverbs_device_counters(list_.name(0).c_str(), &ca, sizeof ca);
+    softverbs_device_counters(list_.name(1).c_str(), &cb, sizeof cb);
     // The faults really happened, and the transport really recovered from them.
     EXPECT_GT(ca.faults_dropped + cb.faults_dropped, 0u);
     EXPECT_GT(ca.retransmits + cb.retransmits, 0u);
@@ -233,7 +226,7 @@ class FaultSoak : public ::testing::Test {
     RecordProperty("timeouts", std::to_string(ca.timeouts + cb.timeouts));
   }
 
-  ibv_device** list_ = nullptr;
+  softverbs::testkit::DeviceList list_;
   Side a_, b_;
 };
 

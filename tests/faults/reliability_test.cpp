@@ -1,5 +1,5 @@
 // Reliability cases that need a fault at one exact place.
-#include "pair.hpp"
+#include "tests/faults/rc_pair.hpp"
 
 namespace faults_test {
 namespace {

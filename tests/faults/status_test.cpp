@@ -5,7 +5,7 @@
 // already produces naturally (LOC_LEN_ERR, LOC_PROT_ERR, REM_INV_REQ_ERR,
 // REM_ACCESS_ERR, REM_OP_ERR, RNR_RETRY_EXC_ERR, WR_FLUSH_ERR) are produced here
 // too, so that this file covers every status in one place.
-#include "pair.hpp"
+#include "tests/faults/rc_pair.hpp"
 
 namespace faults_test {
 namespace {
@@ -95,7 +95,7 @@ TEST_F(Status, RetryExcErrWhenThePeersLinkIsLost) {
   ASSERT_TRUE(wait_wc(a_.cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(wc.status);
   EXPECT_EQ(wc.wr_id, 2u);
-  EXPECT_EQ(state_of(a_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(query_state(a_.qp), IBV_QPS_ERR);
   softverbs_counters c{};
   ASSERT_EQ(softverbs_device_counters(b_.device.c_str(), &c, sizeof c), 0);
   EXPECT_GT(c.port_down_drops, 0u);
@@ -135,7 +135,7 @@ TEST_F(Status, BadRespErr) {
   ibv_wc wc{};
   ASSERT_TRUE(wait_wc(a_.cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_BAD_RESP_ERR) << ibv_wc_status_str(wc.status);
-  EXPECT_EQ(state_of(a_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(query_state(a_.qp), IBV_QPS_ERR);
 }
 
 // A NAK with the invalid-RD-request code maps to its status.
@@ -178,9 +178,9 @@ TEST_P(ForcedStatus, IsDeliveredAndTheQpFails) {
   EXPECT_EQ(softverbs_fault_hits("forced"), 1u);
   // Entering the error state follows at once; bounded wait for it.
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
-  while (state_of(a_.qp) != IBV_QPS_ERR && std::chrono::steady_clock::now() < end) {
+  while (query_state(a_.qp) != IBV_QPS_ERR && std::chrono::steady_clock::now() < end) {
   }
-  ASSERT_EQ(state_of(a_.qp), IBV_QPS_ERR);
+  ASSERT_EQ(query_state(a_.qp), IBV_QPS_ERR);
   ASSERT_EQ(post(a_, b_, IBV_WR_SEND, 64, 2), 0);
   ASSERT_TRUE(wait_wc(a_.cq, &wc));
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(wc.status);

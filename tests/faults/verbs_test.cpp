@@ -3,7 +3,7 @@
 #include <chrono>
 #include <softverbs/faults.hpp>
 
-#include "pair.hpp"
+#include "tests/faults/rc_pair.hpp"
 
 namespace faults_test {
 namespace {

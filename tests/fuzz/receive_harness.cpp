@@ -33,6 +33,8 @@
 
 #include "emu/objects/objects.hpp"
 #include "tests/fuzz/harness.hpp"
+#include "tests/support/connect.hpp"
+#include "tests/support/verbs.hpp"
 #include "wire/headers.hpp"
 #include "wire/icrc.hpp"
 #include "wire/opcode.hpp"
@@ -43,6 +45,7 @@ namespace softverbs::fuzz {
 namespace {
 
 using namespace wire;
+namespace testkit = softverbs::testkit;
 
 constexpr std::size_t kGuard = 64;
 constexpr std::size_t kMaxRecords = 48;
@@ -471,14 +474,8 @@ void Harness::make_regions(Side& s, int index) {
 void Harness::create_qps() {
   for (Side& s : sides_) {
     for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC}) {
-      ibv_qp_init_attr init{};
-      init.qp_type = type;
-      init.send_cq = s.scq;
-      init.recv_cq = s.rcq;
-      init.cap.max_send_wr = 16;
-      init.cap.max_recv_wr = 8;
-      init.cap.max_send_sge = 2;
-      init.cap.max_recv_sge = 2;
+      testkit::QpShape shape{type, 16, 8, 2, 2, 0, 0};  // no inline data, sq_sig_all 0
+      ibv_qp_init_attr init = testkit::qp_init_attr(shape, s.scq, s.rcq);
       ibv_qp* q = ibv_create_qp(s.pd, &init);
       if (!q) setup_failed("ibv_create_qp");
       (type == IBV_QPT_RC ? s.rc : s.uc) = q;
@@ -508,41 +505,23 @@ bool Harness::modify_state(ibv_qp* q, ibv_qp_state st) {
 // INIT -> RTR (-> RTS) for target t, towards its peer QP on the other device.
 bool Harness::connect(int t, bool to_rts, ibv_mtu mtu) {
   ibv_qp* q = qp(t);
-  const bool rc = t < 2;
-  Side& peer = peer_of(t);
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = mtu;
-  a.dest_qp_num = qp(t ^ 1)->qp_num;
-  a.rq_psn = rq_psn(t);
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.sgid_index = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.grh.dgid.raw[10] = 0xff;
-  a.ah_attr.grh.dgid.raw[11] = 0xff;
-  const in_addr pa = peer.dev->addr();
-  std::memcpy(&a.ah_attr.grh.dgid.raw[12], &pa.s_addr, 4);
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (rc) {
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 1;
-    mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  }
-  if (ibv_modify_qp(q, &a, mask) != 0) return false;
-  if (!to_rts) return true;
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = sq_psn(t);
-  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (rc) {
-    a.timeout = 0;  // no retransmission timer: rounds stay deterministic
-    a.retry_cnt = 1;
-    a.rnr_retry = rnr_retry_;
-    a.max_rd_atomic = 16;
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  }
-  return ibv_modify_qp(q, &a, mask) == 0;
+  testkit::QpPath p;
+  p.path_mtu = mtu;
+  p.rq_psn = rq_psn(t);
+  p.sq_psn = sq_psn(t);
+  p.max_dest_rd_atomic = p.max_rd_atomic = 16;
+  p.min_rnr_timer = 1;
+  p.timeout = 0;  // no retransmission timer: rounds stay deterministic
+  p.retry_cnt = 1;
+  p.rnr_retry = rnr_retry_;
+  // The peer device's IPv4-mapped GID.
+  ibv_gid dgid{};
+  dgid.raw[10] = 0xff;
+  dgid.raw[11] = 0xff;
+  const in_addr pa = peer_of(t).dev->addr();
+  std::memcpy(&dgid.raw[12], &pa.s_addr, 4);
+  if (testkit::modify_to_rtr(q, qp(t ^ 1)->qp_num, testkit::ah_to_gid(dgid), p) != 0) return false;
+  return !to_rts || testkit::modify_to_rts(q, p) == 0;
 }
 
 // Receive WQEs on target t, in an order and with a protection fault chosen by
@@ -676,13 +655,9 @@ bool Harness::reset_round(std::uint8_t scenario, std::uint8_t requests, std::uin
   for (Side& s : sides_) std::memcpy(s.arena, s.baseline.data(), s.arena_len);
 
   for (int t = 0; t < 4; ++t) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    a.qp_access_flags = t < 2 ? (kRW | kRR | kRA) : kRW;
-    if (ibv_modify_qp(qp(t), &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
-      return false;
+    testkit::QpPath p;
+    p.access = static_cast<unsigned>(t < 2 ? (kRW | kRR | kRA) : kRW);
+    if (testkit::modify_to_init(qp(t), p) != 0) return false;
   }
   // An RNR NAK either fails the request at once, or makes the requester wait
   // for a timer that runs on the progress thread (not in step with the input).

@@ -7,8 +7,8 @@
 
 #include <chrono>
 
-#include "../faults/pair.hpp"
 #include "hw_test.hpp"
+#include "tests/faults/rc_pair.hpp"
 
 namespace {
 
@@ -112,7 +112,7 @@ TEST_F(HwFaults, RaisedEventAndForcedQpError) {
 
   ASSERT_EQ(post_recv(a_, 64, 77), 0);
   ASSERT_EQ(softverbs_qp_force_error(a_.qp), 0);
-  EXPECT_EQ(faults_test::state_of(a_.qp), IBV_QPS_ERR);
+  EXPECT_EQ(faults_test::query_state(a_.qp), IBV_QPS_ERR);
   ASSERT_EQ(ibv_get_async_event(a_.ctx, &ev), 0);
   EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
   ibv_ack_async_event(&ev);

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/clients/process.hpp"
+#include "tests/support/process.hpp"
 
 namespace softverbs::test {
 namespace {
@@ -86,38 +86,13 @@ Process spawn_with(std::vector<std::string> argv, const Env& env, int fd) {
   return p;
 }
 
-struct Both {
-  ProcessResult a, b;
-  std::string describe() const { return "=== process a ===\n" + a.describe() + "\n=== process b ===\n" + b.describe(); }
-};
+using Both = BothResult;
 
 // Reads both processes' output until both have exited, each at most `limit` from now;
 // once one has failed, the other gets kGrace more.
 Both wait_both(Process& a, Process& b, milliseconds limit) {
-  auto deadline_a = Clock::now() + limit, deadline_b = deadline_a;
-  bool done_a = false, done_b = false;
-  while (!(done_a && done_b)) {
-    auto now = Clock::now();
-    if ((!done_a && now >= deadline_a) || (!done_b && now >= deadline_b)) break;
-    a.pump(milliseconds(5));
-    b.pump(milliseconds(5));
-    if (!done_a && !a.running()) {
-      done_a = true;
-      if (!a.snapshot().exited_with(0)) deadline_b = std::min(deadline_b, Clock::now() + kGrace);
-    }
-    if (!done_b && !b.running()) {
-      done_b = true;
-      if (!b.snapshot().exited_with(0)) deadline_a = std::min(deadline_a, Clock::now() + kGrace);
-    }
-  }
-  auto left = [](Clock::time_point d) {
-    auto now = Clock::now();
-    return now >= d ? milliseconds(0) : std::chrono::duration_cast<milliseconds>(d - now);
-  };
-  Both r;
-  r.a = a.wait(left(deadline_a));
-  r.b = b.wait(left(deadline_b));
-  return r;
+  const auto deadline = Clock::now() + limit;
+  return softverbs::test::wait_both(a, deadline, b, deadline, kGrace);
 }
 
 // The lines of out that start with `tag`, printed for the record.

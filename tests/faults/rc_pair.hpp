@@ -4,13 +4,15 @@
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
-#include <poll.h>
 #include <softverbs/faults.h>
 
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "tests/support/connect.hpp"
+#include "tests/support/verbs.hpp"
+#include "tests/support/wait.hpp"
 
 namespace faults_test {
 
@@ -39,66 +41,29 @@ struct Side {
   std::string device;
 };
 
-inline ibv_qp_state state_of(ibv_qp* qp) {
-  ibv_qp_attr a{};
-  ibv_qp_init_attr i{};
-  if (ibv_query_qp(qp, &a, IBV_QP_STATE, &i)) return static_cast<ibv_qp_state>(-1);
-  return a.qp_state;
-}
+using softverbs::testkit::query_state;
 
-// Polls until one completion arrives or kWaitMs pass; false on timeout.
-inline bool wait_wc(ibv_cq* cq, ibv_wc* wc, int ms = kWaitMs) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  do {
-    int n = ibv_poll_cq(cq, 1, wc);
-    if (n < 0) return false;
-    if (n == 1) return true;
-  } while (std::chrono::steady_clock::now() < end);
-  return false;
-}
+// One completion within ms; false on timeout.
+inline bool wait_wc(ibv_cq* cq, ibv_wc* wc, int ms = kWaitMs) { return softverbs::testkit::wait_wc(cq, wc, ms); }
 
-// Reads the next async event within ms (poll on the event descriptor).
+// Reads the next async event within ms (the caller acknowledges it).
 inline bool next_event(ibv_context* ctx, ibv_async_event* ev, int ms = kWaitMs) {
-  pollfd p{ctx->async_fd, POLLIN, 0};
-  if (::poll(&p, 1, ms) != 1) return false;
-  return ibv_get_async_event(ctx, ev) == 0;
+  return softverbs::testkit::next_async_event(ctx, ev, ms);
 }
 
 // Takes an RC QP from RESET to RTS towards a peer QP of a device with the given
-// IPv4-mapped GID (index 1 on an emulated RoCE port), with every remote right.
+// IPv4-mapped GID (index 1 on an emulated RoCE port), with every remote right,
+// path MTU 1024 and 4 RDMA READs or atomics in flight each way.
 inline void connect_rc(ibv_qp* qp, uint32_t peer_qpn, const ibv_gid& peer_gid, const QpParams& p) {
-  ibv_qp_attr x{};
-  x.qp_state = IBV_QPS_INIT;
-  x.port_num = 1;
-  x.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  ASSERT_EQ(ibv_modify_qp(qp, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-  x = {};
-  x.qp_state = IBV_QPS_RTR;
-  x.path_mtu = IBV_MTU_1024;
-  x.dest_qp_num = peer_qpn;
-  x.rq_psn = p.psn;
-  x.max_dest_rd_atomic = 4;
-  x.min_rnr_timer = p.min_rnr_timer;
-  x.ah_attr.is_global = 1;
-  x.ah_attr.grh.dgid = peer_gid;
-  x.ah_attr.grh.sgid_index = 1;
-  x.ah_attr.grh.hop_limit = 64;
-  x.ah_attr.port_num = 1;
-  ASSERT_EQ(ibv_modify_qp(qp, &x,
-                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-            0);
-  x = {};
-  x.qp_state = IBV_QPS_RTS;
-  x.timeout = p.timeout;
-  x.retry_cnt = p.retry_cnt;
-  x.rnr_retry = p.rnr_retry;
-  x.sq_psn = p.psn;
-  x.max_rd_atomic = 4;
-  ASSERT_EQ(ibv_modify_qp(qp, &x,
-                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                              IBV_QP_MAX_QP_RD_ATOMIC),
-            0);
+  softverbs::testkit::QpPath path;
+  path.rq_psn = path.sq_psn = p.psn;
+  path.min_rnr_timer = p.min_rnr_timer;
+  path.timeout = p.timeout;
+  path.retry_cnt = p.retry_cnt;
+  path.rnr_retry = p.rnr_retry;
+  const softverbs::testkit::Connected r =
+      softverbs::testkit::connect_qp(qp, peer_qpn, softverbs::testkit::ah_to_gid(peer_gid), path);
+  ASSERT_EQ(r.rc, 0) << r.step;
 }
 
 class PairTest : public ::testing::Test {
@@ -116,35 +81,25 @@ class PairTest : public ::testing::Test {
       if (s->pd) ibv_dealloc_pd(s->pd);
       if (s->ctx) ibv_close_device(s->ctx);
     }
-    if (list_) ibv_free_device_list(list_);
   }
 
   // Opens both sides and connects them (call from the test, after any
   // scenario that must see the setup).
   void setup(const QpParams& p = {}) {
-    int n = 0;
-    list_ = ibv_get_device_list(&n);
-    ASSERT_GE(n, 2) << "needs two emulated devices (SOFTVERBS_DEVICES=fa,fb)";
+    ASSERT_GE(list_.size(), 2) << "needs two emulated devices (SOFTVERBS_DEVICES=fa,fb)";
     for (int i = 0; i < 2; ++i) {
       Side& s = i ? b_ : a_;
-      s.device = ibv_get_device_name(list_[i]);
+      s.device = list_.name(i);
       s.ctx = ibv_open_device(list_[i]);
       ASSERT_NE(s.ctx, nullptr);
       s.pd = ibv_alloc_pd(s.ctx);
       s.cq = ibv_create_cq(s.ctx, p.cq_depth, nullptr, nullptr, 0);
       ASSERT_TRUE(s.pd && s.cq);
       if (p.with_srq) {
-        ibv_srq_init_attr sa{};
-        sa.attr.max_wr = 16;
-        sa.attr.max_sge = 1;
-        s.srq = ibv_create_srq(s.pd, &sa);
+        s.srq = softverbs::testkit::create_srq(s.pd, 16);
         ASSERT_NE(s.srq, nullptr);
       }
-      ibv_qp_init_attr a{};
-      a.send_cq = a.recv_cq = s.cq;
-      a.srq = s.srq;
-      a.qp_type = IBV_QPT_RC;
-      a.cap = {16, 16, 1, 1, 0};
+      ibv_qp_init_attr a = softverbs::testkit::qp_init_attr({}, s.cq, s.cq, s.srq);
       s.qp = ibv_create_qp(s.pd, &a);
       ASSERT_NE(s.qp, nullptr);
       s.mr = ibv_reg_mr(
@@ -218,7 +173,7 @@ class PairTest : public ::testing::Test {
     return rc;
   }
 
-  ibv_device** list_ = nullptr;
+  softverbs::testkit::DeviceList list_;
   Side a_, b_;
 };
 

@@ -96,30 +96,12 @@ inline PairResult run_pair(const std::function<std::vector<std::string>(uint16_t
     r.client_pid = client.pid();
     auto client_deadline = Clock::now() + limit;
 
-    // Both run: read their output until both have exited or a deadline passes. When
-    // one side fails, the other (typically a server still waiting) is not waited for
-    // beyond the grace period.
-    bool server_done = false, client_done = false;
-    while (!(server_done && client_done)) {
-      auto now = Clock::now();
-      if ((!server_done && now >= server_deadline) || (!client_done && now >= client_deadline)) break;
-      server.pump(milliseconds(5));
-      client.pump(milliseconds(5));
-      if (!server_done && !server.running()) {
-        server_done = true;
-        if (!server.snapshot().exited_with(0)) client_deadline = std::min(client_deadline, Clock::now() + kPeerGrace);
-      }
-      if (!client_done && !client.running()) {
-        client_done = true;
-        if (!client.snapshot().exited_with(0)) server_deadline = std::min(server_deadline, Clock::now() + kPeerGrace);
-      }
-    }
-    auto left = [](Clock::time_point deadline) {
-      auto now = Clock::now();
-      return now >= deadline ? milliseconds(0) : std::chrono::duration_cast<milliseconds>(deadline - now);
-    };
-    r.client = client.wait(left(client_deadline));
-    r.server = server.wait(left(server_deadline));
+    // Both run until both have exited or a deadline passes. When one side fails,
+    // the other (typically a server still waiting) is not waited for beyond the
+    // grace period.
+    BothResult both = wait_both(client, client_deadline, server, server_deadline, kPeerGrace);
+    r.client = std::move(both.a);
+    r.server = std::move(both.b);
     return r;
   }
   return r;

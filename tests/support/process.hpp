@@ -1,4 +1,5 @@
-// Running programs from tests: spawn with a chosen environment, capture stdout and
+// Running programs from tests (the client-program tests, and the two-process soak
+// and failure tests): spawn with a chosen environment, capture stdout and
 // stderr separately, bound every wait, and kill the whole process group on expiry.
 //
 //   Env env = Env::inherit().set("SOFTVERBS_DEVICES", "2");
@@ -11,6 +12,8 @@
 //   ASSERT_TRUE(server.wait_for_listen(18515, 10s)) << server.snapshot().describe();
 //   ProcessResult client = run({"/usr/bin/ib_write_bw", ..., "127.0.0.1"}, env, 20s);
 //   ProcessResult s = server.wait(10s);
+//
+// or, when both run until they are done with each other, wait_both() below.
 //
 // Output is read only while a Process method runs; a child blocks once a pipe buffer
 // (64 KiB) is full, so keep calling wait*/pump while it works.
@@ -467,6 +470,46 @@ inline ProcessResult run(std::vector<std::string> argv, const Env& env, millisec
                          const std::string& shown_env = "") {
   Process p(std::move(argv), env, shown_env);
   return p.wait(timeout);
+}
+
+// What two processes that ran side by side did.
+struct BothResult {
+  ProcessResult a, b;
+
+  std::string describe(const std::string& name_a = "process a", const std::string& name_b = "process b") const {
+    return "=== " + name_a + " ===\n" + a.describe() + "\n=== " + name_b + " ===\n" + b.describe();
+  }
+};
+
+// Reads both processes' output (so that neither blocks on a full pipe) until both
+// have exited or one passes its deadline; a process still running then is killed.
+// Once one side has failed, the other, which typically waits for it, gets `grace`
+// more at the most.
+inline BothResult wait_both(Process& a, Clock::time_point deadline_a, Process& b, Clock::time_point deadline_b,
+                            milliseconds grace) {
+  bool done_a = false, done_b = false;
+  while (!(done_a && done_b)) {
+    auto now = Clock::now();
+    if ((!done_a && now >= deadline_a) || (!done_b && now >= deadline_b)) break;
+    a.pump(milliseconds(5));
+    b.pump(milliseconds(5));
+    if (!done_a && !a.running()) {
+      done_a = true;
+      if (!a.snapshot().exited_with(0)) deadline_b = std::min(deadline_b, Clock::now() + grace);
+    }
+    if (!done_b && !b.running()) {
+      done_b = true;
+      if (!b.snapshot().exited_with(0)) deadline_a = std::min(deadline_a, Clock::now() + grace);
+    }
+  }
+  auto left = [](Clock::time_point deadline) {
+    auto now = Clock::now();
+    return now >= deadline ? milliseconds(0) : std::chrono::duration_cast<milliseconds>(deadline - now);
+  };
+  BothResult r;
+  r.a = a.wait(left(deadline_a));
+  r.b = b.wait(left(deadline_b));
+  return r;
 }
 
 }  // namespace softverbs::test
