@@ -227,37 +227,25 @@ bool action_allowed(const FaultRule& r) {
   return false;
 }
 
-bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* error) {
-  const std::string where = "rule " + std::to_string(index + 1);
-  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",     "class",
-                                      "psn",      "nth",       "every",    "probability", "count",      "action",
-                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",      "on_event",
-                                      "errno",    "status",    "event",    "port",        "duration_ms"};
-  for (auto&& [k, v] : t) {
-    bool ok = false;
-    for (const char* name : known) ok |= k.str() == name;
-    if (!ok) {
-      *error = where + ": unknown key '" + std::string(k.str()) + "'";
+// Fails when the rule has any of `keys`, which do not apply to its kind.
+bool forbid(const toml::table& t, std::initializer_list<const char*> keys, const char* kind, std::string* error,
+            const std::string& where) {
+  for (const char* k : keys) {
+    if (t.contains(k)) {
+      *error = where + ": '" + k + "' does not apply to " + kind;
       return false;
     }
   }
-  r->name = t["name"].value_or(std::string("rule") + std::to_string(index + 1));
-  auto forbid = [&](std::initializer_list<const char*> keys, const char* kind) {
-    for (const char* k : keys) {
-      if (t.contains(k)) {
-        *error = where + ": '" + k + "' does not apply to " + kind;
-        return false;
-      }
-    }
-    return true;
-  };
+  return true;
+}
 
-  // What the rule watches.
+// What the rule watches: a moment (timed), a verb, or packets.
+bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const std::string& where) {
   if (t.contains("at_ms")) {
     r->target = RuleTarget::timed;
     if (!get_uint(t, "at_ms", &r->at_ms, 86400000, error, where)) return false;
-    if (!forbid({"verb", "direction", "opcode", "class", "psn", "nth", "every", "probability", "count", "on_event"},
-                "a timed rule (at_ms)"))
+    if (!forbid(t, {"verb", "direction", "opcode", "class", "psn", "nth", "every", "probability", "count", "on_event"},
+                "a timed rule (at_ms)", error, where))
       return false;
   } else if (const toml::node* n = t.get("verb")) {
     r->target = RuleTarget::verb;
@@ -274,20 +262,26 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
       *error = where + ": verb must be post_send, post_recv, completion or async_event";
       return false;
     }
-    if (!forbid({"direction", "class", "psn", "syndrome"}, "a verb rule")) return false;
-    if (r->verb != VerbPoint::async_event && !forbid({"on_event"}, "this verb")) return false;
+    if (!forbid(t, {"direction", "class", "psn", "syndrome"}, "a verb rule", error, where)) return false;
+    if (r->verb != VerbPoint::async_event && !forbid(t, {"on_event"}, "this verb", error, where)) return false;
     if (r->verb == VerbPoint::post_send) {
       if (!get_named(t, "opcode", kWrOpcodes, &r->verb_opcode, error, where)) return false;
     } else if (r->verb == VerbPoint::completion) {
       if (!get_named(t, "opcode", kWcOpcodes, &r->verb_opcode, error, where)) return false;
-    } else if (!forbid({"opcode"}, "this verb")) {
+    } else if (!forbid(t, {"opcode"}, "this verb", error, where)) {
       return false;
     }
     if (!get_named(t, "on_event", kEvents, &r->match_event, error, where)) return false;
   } else {
-    if (!forbid({"on_event", "errno", "status", "event", "port", "duration_ms"}, "a packet rule")) return false;
+    if (!forbid(t, {"on_event", "errno", "status", "event", "port", "duration_ms"}, "a packet rule", error, where))
+      return false;
   }
 
+  return true;
+}
+
+// Which packets, QPs and occurrences the rule matches.
+bool parse_match(const toml::table& t, FaultRule* r, std::string* error, const std::string& where) {
   r->device = t["device"].value_or(std::string());
   if (auto d = t["direction"].value<std::string>()) {
     if (*d == "tx")
@@ -352,7 +346,11 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
     r->probability = *p;
   }
 
-  // What it does.
+  return true;
+}
+
+// What the rule does, and the parameters of that action.
+bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const std::string& where) {
   auto a = t["action"].value<std::string>();
   if (!a) {
     *error = where +
@@ -435,8 +433,26 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
   return true;
 }
 
-}  // namespace
+bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* error) {
+  const std::string where = "rule " + std::to_string(index + 1);
+  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",     "class",
+                                      "psn",      "nth",       "every",    "probability", "count",      "action",
+                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",      "on_event",
+                                      "errno",    "status",    "event",    "port",        "duration_ms"};
+  for (auto&& [k, v] : t) {
+    bool ok = false;
+    for (const char* name : known) ok |= k.str() == name;
+    if (!ok) {
+      *error = where + ": unknown key '" + std::string(k.str()) + "'";
+      return false;
+    }
+  }
+  r->name = t["name"].value_or(std::string("rule") + std::to_string(index + 1));
 
+  return parse_trigger(t, r, error, where) && parse_match(t, r, error, where) && parse_action(t, r, error, where);
+}
+
+}  // namespace
 
 std::string_view to_string(FaultAction a) noexcept {
   switch (a) {

@@ -56,7 +56,9 @@ using Table = std::array<std::array<Row, kNumStates>, kNumStates>;
 
 // The modify-QP transition table, IBTA Vol 1 §11.2.5.2, with the QP types
 // and the non-IBTA RATE_LIMIT attribute as Linux (v6.1, the kernel of the
-// rdma-core 44 era) carries them.
+// rdma-core 44 era) carries them. Over 100 lines because it is the table: one
+// entry per transition, in the order of the kernel's qp_state_table, so that the
+// two can be compared row by row; splitting it would only scatter the rows.
 constexpr Table make_table() {
   Table t{};
 
