@@ -1,4 +1,5 @@
-// The real-time Scheduler: the background progress thread (design.md §3).
+// The real-time Scheduler: the background progress thread (docs/architecture.md,
+// "Progress, threads and speed").
 //
 // Protocol work runs inline in whichever application thread calls into the
 // engine (post_send runs the requester, poll_cq drains the device's link). This

@@ -1,4 +1,4 @@
-// The fault layer (design.md §4, docs/faults.md): rules that act on packets
+// The fault layer (docs/faults.md): rules that act on packets
 // between the QP engine and the wire, on verb calls, completions and async events,
 // or at a given time.
 //

@@ -1,4 +1,4 @@
-// Tests of the modify-QP state machine rules (emu/qp_state.hpp).
+// Tests of the modify-QP state machine rules (emu/qp/qp_state.hpp).
 //
 // The expected transition table below is written out by hand from IBTA Vol 1
 // §11.2.5.2 as the Linux kernel encodes it (qp_state_table in
