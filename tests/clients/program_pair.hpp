@@ -183,13 +183,15 @@ inline std::vector<DeviceReport> parse_device_reports(const std::string& err) {
 
 // The lines of stderr that are neither softverbs info lines nor in `allowed` (exact
 // lines the program is known to print there when all is well).
+// An allowed line ending in '*' allows every line that starts with the rest.
 inline std::vector<std::string> unexpected_stderr(const std::string& err,
                                                   const std::vector<std::string>& allowed = {}) {
   std::vector<std::string> v;
   for (const std::string& line : lines_of(err)) {
     if (line.starts_with(kInfoPrefix)) continue;
     bool ok = false;
-    for (const std::string& a : allowed) ok = ok || line == a;
+    for (const std::string& a : allowed)
+      ok = ok || (a.ends_with('*') ? line.starts_with(std::string_view(a).substr(0, a.size() - 1)) : line == a);
     if (!ok) v.push_back(line);
   }
   return v;
