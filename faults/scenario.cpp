@@ -454,6 +454,12 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
 
 }  // namespace
 
+std::string event_name(int event) {
+  for (const Named& n : kEvents)
+    if (n.value == event) return std::string(n.name);
+  return std::to_string(event);
+}
+
 std::string_view to_string(FaultAction a) noexcept {
   switch (a) {
     case FaultAction::drop:

@@ -24,4 +24,8 @@ struct Scenario {
 // text is not a valid scenario.
 bool parse_scenario(std::string_view toml_text, size_t first_index, Scenario* out, std::string* error);
 
+// The name a scenario gives an async event type ("IBV_EVENT_QP_FATAL"), or its
+// number if it has none: for messages about rules.
+std::string event_name(int event);
+
 }  // namespace softverbs::faults

@@ -8,6 +8,7 @@
 #include "emu/qp/qp.hpp"
 #include "core/events.hpp"
 #include "core/log.hpp"
+#include "faults/scenario.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -87,7 +88,7 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
       if (!target && d.qpn) target = dev.find_qp(*d.qpn);
       if (!raise_event(dev, target, d.event, d.port))
         SV_LOG(kInfo, "fault rule %zu: event %s needs an element the rule does not give", d.rule,
-               ibv_event_type_str(static_cast<ibv_event_type>(d.event)));
+               faults::event_name(d.event).c_str());
       break;
     }
     case FaultAction::device_fatal:

@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <chrono>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "fabric/scheduler.hpp"
 #include "fabric/tap_link.hpp"
 #include "fabric/timer.hpp"
+#include "tests/unit/fake_time.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
@@ -30,58 +30,17 @@ namespace {
 using namespace std::chrono_literals;
 using Bytes = std::vector<uint8_t>;
 
-class FakeClock final : public Clock {
- public:
-  time_point t{std::chrono::seconds(1000)};
-  time_point now() const noexcept override { return t; }
-  timespec wall_now() const noexcept override {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-    return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  }
-};
-
-// Virtual time: tasks run only when the test advances the clock, each at its moment.
-class FakeScheduler final : public Scheduler {
- public:
-  const Clock& clock() const noexcept override { return clock_; }
-  void post(Task f) override { at(clock_.t, std::move(f)); }
-  void at(Clock::time_point when, Task f) override {
-    std::lock_guard lock(mu_);
-    queue_.emplace(when, std::move(f));
-  }
-  void run_until(Clock::time_point until) {
-    for (;;) {
-      Task f;
-      {
-        std::lock_guard lock(mu_);
-        if (queue_.empty() || queue_.begin()->first > until) break;
-        auto it = queue_.begin();
-        if (it->first > clock_.t) clock_.t = it->first;
-        f = std::move(it->second);
-        queue_.erase(it);
-      }
-      f();
-    }
-    if (clock_.t < until) clock_.t = until;
-  }
-  void advance(Clock::duration d) { run_until(clock_.t + d); }
-  size_t pending() {
-    std::lock_guard lock(mu_);
-    return queue_.size();
-  }
-
-  FakeClock clock_;
-
- private:
-  std::mutex mu_;
-  std::multimap<Clock::time_point, Task> queue_;
-};
+// Virtual time (tests/unit/fake_time.hpp): tasks run only when the test
+// advances the clock, each at its moment.
+using fake::ManualClock;
+using fake::ManualScheduler;
 
 // ---------------------------------------------------------------------------
 // EngineTimer
 
 TEST(EngineTimer, FiresAtTheArmedMoment) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   std::vector<Clock::time_point> fired;
   auto timer = std::make_shared<EngineTimer>(s, [&] { fired.push_back(s.clock().now()); });
   const auto t0 = s.clock().now();
@@ -96,7 +55,8 @@ TEST(EngineTimer, FiresAtTheArmedMoment) {
 }
 
 TEST(EngineTimer, EarlierArmWinsAndFiresOnce) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   std::vector<Clock::time_point> fired;
   auto timer = std::make_shared<EngineTimer>(s, [&] { fired.push_back(s.clock().now()); });
   const auto t0 = s.clock().now();
@@ -110,7 +70,8 @@ TEST(EngineTimer, EarlierArmWinsAndFiresOnce) {
 }
 
 TEST(EngineTimer, CallbackMayRearm) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   std::vector<Clock::time_point> fired;
   std::shared_ptr<EngineTimer> timer;
   timer = std::make_shared<EngineTimer>(s, [&] {
@@ -126,7 +87,8 @@ TEST(EngineTimer, CallbackMayRearm) {
 }
 
 TEST(EngineTimer, DetachPreventsFiring) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   int fired = 0;
   auto timer = std::make_shared<EngineTimer>(s, [&] { ++fired; });
   timer->arm_at(s.clock().now() + 1ms);
@@ -137,7 +99,8 @@ TEST(EngineTimer, DetachPreventsFiring) {
 }
 
 TEST(EngineTimer, DetachWaitsForARunningCallback) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   std::atomic<bool> entered{false}, release{false}, finished{false}, detached{false};
   auto timer = std::make_shared<EngineTimer>(s, [&] {
     entered = true;
@@ -309,7 +272,8 @@ class FakeFilter final : public faults::PacketFilter {
 };
 
 TEST(LocalLink, DeliversBetweenLinksOfOneHubAndAnnouncesThroughTheScheduler) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   LocalHub hub;
   FakeLink outside;
   LocalLink a(hub, addr("127.0.1.1"), s, &outside), b(hub, addr("127.0.1.2"), s);
@@ -339,7 +303,8 @@ struct FaultyFixture : ::testing::Test {
   FaultyFixture() : link(inner, filter, s, counters, "dev0") { link.attach(up); }
   void arrive(uint32_t psn) { inner.arriving.push_back({addr("127.0.1.9"), 4791, packet(psn)}); }
 
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   FakeLink inner;
   FakeFilter filter;
   LinkCounters counters;
@@ -455,7 +420,8 @@ class FakeSink final : public PacketSink {
 };
 
 TEST(FaultyLink, SitsBetweenTheSinksChecksAndDelivery) {
-  FakeScheduler s;
+  ManualClock clock;
+  ManualScheduler s{clock};
   FakeLink inner;
   FakeFilter filter;
   LinkCounters counters;
@@ -483,7 +449,7 @@ TEST(FaultyLink, SitsBetweenTheSinksChecksAndDelivery) {
 }
 
 TEST(TapLink, CountsWhatGoesOut) {
-  FakeClock clock;
+  ManualClock clock;
   FakeLink inner;
   LinkCounters counters;
   TapLink tap(inner, addr("127.0.1.1"), counters, clock, nullptr, nullptr);

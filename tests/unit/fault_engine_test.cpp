@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "core/clock.hpp"
+#include "tests/unit/fake_time.hpp"
 #include "faults/engine.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
@@ -18,43 +18,12 @@ namespace softverbs::faults {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Time moves only when the test says so.
-class ManualClock final : public Clock {
- public:
-  time_point now() const noexcept override { return now_; }
-  timespec wall_now() const noexcept override { return timespec{}; }
-  void advance(duration d) { now_ += d; }
-
- private:
-  time_point now_{};
-};
-
-// Holds tasks until run_due() is called; runs those whose moment has come, in
-// the order of their moments.
-class QueueScheduler final : public Scheduler {
- public:
-  explicit QueueScheduler(const ManualClock& clock) : clock_(clock) {}
-  const Clock& clock() const noexcept override { return clock_; }
-  void post(Task f) override { at(clock_.now(), std::move(f)); }
-  void at(Clock::time_point when, Task f) override { queue_.emplace(when, std::move(f)); }
-  size_t pending() const { return queue_.size(); }
-  void run_due() {
-    while (!queue_.empty() && queue_.begin()->first <= clock_.now()) {
-      Task f = std::move(queue_.begin()->second);
-      queue_.erase(queue_.begin());
-      f();
-    }
-  }
-
- private:
-  const ManualClock& clock_;
-  std::multimap<Clock::time_point, Task> queue_;
-};
+using fake::ManualClock;
+using fake::ManualScheduler;
 
 struct Fixture : ::testing::Test {
   ManualClock clock;
-  QueueScheduler scheduler{clock};
+  ManualScheduler scheduler{clock};
   std::vector<FaultDecision> acted;
 
   void load(FaultEngine& e, const char* toml) {
@@ -64,10 +33,7 @@ struct Fixture : ::testing::Test {
   void watch(FaultEngine& e) {
     e.add_actor([this](const FaultDecision& d) { acted.push_back(d); });
   }
-  void advance(Clock::duration d) {
-    clock.advance(d);
-    scheduler.run_due();
-  }
+  void advance(Clock::duration d) { scheduler.advance(d); }
 };
 
 // An RC SEND_ONLY to QP 0x11 with this PSN.
