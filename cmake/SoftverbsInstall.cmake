@@ -5,7 +5,8 @@
 #                                     never on the default loader path, so it
 #                                     cannot shadow the system's rdma-core
 #   P/bin/softverbs                   the launcher (finds the library relative to itself)
-#   P/include/softverbs/              the control API headers (faults.h, faults.hpp)
+#   P/include/softverbs/              the control API headers (faults.h, faults.hpp) and
+#                                     the GoogleTest kit (testing.hpp)
 #   P/lib/cmake/softverbs/            find_package(softverbs CONFIG) and softverbs_add_test()
 #   P/lib/pkgconfig/softverbs.pc      pkg-config
 #
@@ -19,6 +20,7 @@ set(SV_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 install(TARGETS ibverbs LIBRARY DESTINATION ${SV_INSTALL_PRIVATE_LIBDIR} NAMELINK_SKIP)
 install(FILES ${CMAKE_SOURCE_DIR}/include/softverbs/faults.h ${CMAKE_SOURCE_DIR}/include/softverbs/faults.hpp
+              ${CMAKE_SOURCE_DIR}/include/softverbs/testing.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/softverbs)
 
 # CMake package.

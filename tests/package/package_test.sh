@@ -4,7 +4,8 @@
 #      the launcher, the headers, the CMake package and softverbs.pc;
 #   2. a separate CMake project (tests/package/consumer) finds it with
 #      find_package(softverbs CONFIG REQUIRED), registers its tests with
-#      softverbs_add_test (DEVICES, FAULTS, ENVIRONMENT), builds, and its ctest passes;
+#      softverbs_add_test (DEVICES, FAULTS, ENVIRONMENT), builds, and its ctest passes
+#      (a C program, the control API, and a GoogleTest suite on <softverbs/testing.hpp>);
 #   3. pkg-config answers from P's softverbs.pc;
 #   4. the prefix still works after it is moved (the launcher and the .pc file are
 #      relative to their own location);
@@ -19,7 +20,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 prefix=$work/opt/softverbs
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in lib/softverbs/libibverbs.so.1 bin/softverbs include/softverbs/faults.h include/softverbs/faults.hpp \
+for f in lib/softverbs/libibverbs.so.1 bin/softverbs include/softverbs/faults.h include/softverbs/faults.hpp include/softverbs/testing.hpp \
          lib/cmake/softverbs/softverbsConfig.cmake lib/cmake/softverbs/softverbsConfigVersion.cmake \
          lib/pkgconfig/softverbs.pc; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
