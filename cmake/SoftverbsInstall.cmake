@@ -4,7 +4,8 @@
 #   P/lib/softverbs/libibverbs.so.1   the drop-in library, in a private directory:
 #                                     never on the default loader path, so it
 #                                     cannot shadow the system's rdma-core
-#   P/bin/softverbs                   the launcher (finds the library relative to itself)
+#   P/bin/softverbs                   the softverbs command (finds the library relative to itself;
+#                                     installed by tools/CMakeLists.txt)
 #   P/include/softverbs/              the control API headers (faults.h, faults.hpp) and
 #                                     the GoogleTest kit (testing.hpp)
 #   P/lib/cmake/softverbs/            find_package(softverbs CONFIG) and softverbs_add_test()
@@ -54,7 +55,8 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 # The library links the C++ runtime statically: at run time it needs the C
-# library and ISA-L only. The launcher is a POSIX shell script.
+# library and ISA-L only. So does the softverbs command (tools/CMakeLists.txt),
+# which needs the C library only.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= 2.36), libisal2")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "ibverbs-utils, perftest")
 include(CPack)

@@ -454,11 +454,22 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
 
 }  // namespace
 
-std::string event_name(int event) {
-  for (const Named& n : kEvents)
-    if (n.value == event) return std::string(n.name);
-  return std::to_string(event);
+namespace {
+
+template <size_t N>
+std::string name_in(const Named (&table)[N], int value) {
+  for (const Named& n : table)
+    if (n.value == value) return std::string(n.name);
+  return std::to_string(value);
 }
+
+}  // namespace
+
+std::string event_name(int event) { return name_in(kEvents, event); }
+std::string wr_opcode_name(int opcode) { return name_in(kWrOpcodes, opcode); }
+std::string wc_opcode_name(int opcode) { return name_in(kWcOpcodes, opcode); }
+std::string wc_status_name(int status) { return name_in(kWcStatuses, status); }
+std::string errno_name(int error) { return name_in(kErrnos, error); }
 
 std::string_view to_string(FaultAction a) noexcept {
   switch (a) {

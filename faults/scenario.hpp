@@ -27,5 +27,11 @@ bool parse_scenario(std::string_view toml_text, size_t first_index, Scenario* ou
 // The name a scenario gives an async event type ("IBV_EVENT_QP_FATAL"), or its
 // number if it has none: for messages about rules.
 std::string event_name(int event);
+// Likewise for the other named values a rule holds: ibv_wr_opcode (post_send),
+// ibv_wc_opcode (completion), ibv_wc_status and errno, as a scenario writes them.
+std::string wr_opcode_name(int opcode);
+std::string wc_opcode_name(int opcode);
+std::string wc_status_name(int status);
+std::string errno_name(int error);
 
 }  // namespace softverbs::faults

@@ -1,0 +1,256 @@
+// The `softverbs` command (tools/softverbs.cpp, docs/configuration.md
+// "Launcher"): each command, each way of giving it bad input (one line on
+// stderr, exit status 2; 1 for an invalid scenario under `faults check`; 127
+// for a command that is not found), the environment `run` gives the command,
+// and the words `devices` and `faults check` print.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "faults/scenario.hpp"
+#include "gtest/gtest.h"
+#include "tests/support/process.hpp"
+#include "tools/describe.hpp"
+
+namespace softverbs::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The environment without softverbs' variables, so that the caller's do not leak in.
+Env clean_env() { return Env::inherit().unset_prefix("SOFTVERBS_").unset("LD_LIBRARY_PATH"); }
+
+ProcessResult cli(std::vector<std::string> args, const Env& env = clean_env()) {
+  args.insert(args.begin(), SV_CLI);
+  return run(std::move(args), env, 20s);
+}
+
+// Bad input: a non-zero status and exactly one line, "softverbs: ...", on stderr.
+void expect_one_line_error(const ProcessResult& r, int status, const std::string& containing) {
+  EXPECT_TRUE(r.exited_with(status)) << r.describe();
+  EXPECT_EQ(r.err.rfind("softverbs: ", 0), 0u) << r.describe();
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.describe();
+  EXPECT_NE(r.err.find(containing), std::string::npos) << "expected '" << containing << "' in: " << r.describe();
+  EXPECT_EQ(r.out, "") << r.describe();
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  std::string path = testing::TempDir() + "softverbs-cli-" + std::to_string(::getpid()) + "-" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Cli, HelpOfEveryCommand) {
+  ProcessResult top = cli({"--help"});
+  ASSERT_TRUE(top.exited_with(0)) << top.describe();
+  for (const char* command : {"run", "devices", "faults", "env", "libdir"})
+    EXPECT_NE(top.out.find(command), std::string::npos) << command << " missing from: " << top.out;
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"run", "--help"}, {"devices", "--help"}, {"faults", "--help"}, {"faults", "check", "--help"},
+           {"env", "--help"}, {"libdir", "--help"}}) {
+    ProcessResult r = cli(args);
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    EXPECT_NE(r.out.find("Usage: softverbs " + args[0]), std::string::npos) << r.describe();
+  }
+  ProcessResult run_help = cli({"run", "--help"});
+  for (const char* option : {"--devices", "--faults", "--pcap", "--log"})
+    EXPECT_NE(run_help.out.find(option), std::string::npos) << option << " missing from: " << run_help.out;
+}
+
+TEST(Cli, Version) {
+  ProcessResult r = cli({"--version"});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, std::string(SV_VERSION) + "\n");
+}
+
+TEST(Cli, UnknownCommand) { expect_one_line_error(cli({"bogus"}), 2, "unknown command 'bogus'"); }
+
+TEST(Cli, NoCommand) { expect_one_line_error(cli({}), 2, "subcommand is required"); }
+
+TEST(Cli, UnknownOption) {
+  expect_one_line_error(cli({"run", "--bogus", "true"}), 2, "--bogus");
+  expect_one_line_error(cli({"devices", "--bogus"}), 2, "--bogus");
+  expect_one_line_error(cli({"--bogus"}), 2, "--bogus");
+}
+
+TEST(Cli, BadDevices) {
+  expect_one_line_error(cli({"run", "--devices", "a@1.2.3", "--", "true"}), 2,
+                        "--devices: SOFTVERBS_DEVICES: '1.2.3' is not an IPv4 address");
+  expect_one_line_error(cli({"devices", "--devices", "a,a"}), 2, "device name 'a' appears twice");
+  expect_one_line_error(cli({"devices"}, clean_env().set("SOFTVERBS_DEVICES", "99")), 2,
+                        "the number of devices must be 0..64");
+}
+
+TEST(Cli, BadLog) {
+  expect_one_line_error(cli({"run", "--log", "loud", "--", "true"}), 2, "--log: loud not in");
+}
+
+TEST(Cli, BadScenarioFile) {
+  std::string bad = temp_file("bad.toml", "[[rule]]\naction = \"explode\"\n");
+  expect_one_line_error(cli({"run", "--faults", bad, "--", "true"}), 2, "--faults: " + bad + ": rule 1");
+  expect_one_line_error(cli({"faults", "check", bad}), 1, bad + ": rule 1");
+  expect_one_line_error(cli({"faults", "check", bad + ".missing"}), 1, "cannot read");
+  expect_one_line_error(cli({"faults", "check"}), 2, "FILE is required");
+  std::filesystem::remove(bad);
+}
+
+TEST(Cli, MissingCommand) {
+  expect_one_line_error(cli({"run"}), 2, "no command given");
+  expect_one_line_error(cli({"run", "--devices", "2", "--"}), 2, "no command given");
+}
+
+TEST(Cli, CommandNotFound) {
+  expect_one_line_error(cli({"run", "--", "softverbs-no-such-program"}), 127,
+                        "softverbs-no-such-program: No such file or directory");
+}
+
+TEST(Cli, RunSetsTheEnvironment) {
+  // Relative to the working directory, to see it made absolute.
+  std::string faults = std::filesystem::relative(SV_DROP_SCENARIO).string();
+  ProcessResult r = cli({"run", "--devices", "a@127.0.0.9/ib", "--faults", faults, "--pcap", "x-%p.pcap", "--log",
+                         "debug", "--", "sh", "-c",
+                         "echo \"$LD_LIBRARY_PATH|$SOFTVERBS_DEVICES|$SOFTVERBS_FAULTS|$SOFTVERBS_PCAP|$SOFTVERBS_LOG\""},
+                        clean_env().set("LD_LIBRARY_PATH", "/elsewhere"));
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  std::string scenario = std::filesystem::absolute(faults).lexically_normal().string();
+  EXPECT_EQ(r.out, std::string(SV_LIB_DIR) + ":/elsewhere|a@127.0.0.9/ib|" + scenario + "|x-%p.pcap|debug\n");
+}
+
+TEST(Cli, RunWithoutOptionsAsBefore) {
+  // `run -- CMD` and `run CMD`: only LD_LIBRARY_PATH changes, and the command's
+  // own arguments reach it untouched even when they look like the launcher's.
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"run", "--", "env"}, {"run", "env"}}) {
+    ProcessResult r = cli(args, clean_env().set("SOFTVERBS_DEVICES", "3"));
+    EXPECT_TRUE(r.exited_with(0)) << r.describe();
+    EXPECT_NE(r.out.find("\nLD_LIBRARY_PATH=" + std::string(SV_LIB_DIR) + "\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("\nSOFTVERBS_DEVICES=3\n"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("SOFTVERBS_LOG"), std::string::npos) << r.out;
+  }
+  ProcessResult r = cli({"run", "sh", "-c", "echo \"$*\"", "sh", "--devices", "x@y", "--", "--log"});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, "--devices x@y -- --log\n");
+  ProcessResult status = cli({"run", "--", "sh", "-c", "exit 7"});
+  EXPECT_TRUE(status.exited_with(7)) << status.describe();
+}
+
+TEST(Cli, LibdirOfTheBuildTree) {
+  ProcessResult r = cli({"libdir"});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, std::string(SV_LIB_DIR) + "\n");
+  ProcessResult overridden = cli({"libdir"}, clean_env().set("SOFTVERBS_LIBDIR", "/opt/x/lib"));
+  EXPECT_EQ(overridden.out, "/opt/x/lib\n");
+  ProcessResult env = cli({"env"});
+  EXPECT_TRUE(env.exited_with(0)) << env.describe();
+  EXPECT_EQ(env.out, "export LD_LIBRARY_PATH=\"" + std::string(SV_LIB_DIR) + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n");
+}
+
+TEST(Cli, DoesNotLinkLibibverbs) {
+  ProcessResult r = run({"/usr/bin/readelf", "-d", SV_CLI}, clean_env(), 20s);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.out.find("NEEDED"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("libibverbs"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DevicesFromOptionAndEnvironment) {
+  ProcessResult r = cli({"devices", "--devices", "a@127.0.0.10,b/ib"}, clean_env().set("SOFTVERBS_MTU", "1024"));
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.out.find("SOFTVERBS_DEVICES=a@127.0.0.10,b/ib (--devices): 2 devices\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  a: Ethernet (RoCEv2), MTU 1024, fixed address 127.0.0.10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  b: InfiniBand, MTU 1024, automatic address"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("UDP port 4791 bound on this host now:"), std::string::npos) << r.out;
+
+  ProcessResult e = cli({"devices"}, clean_env().set("SOFTVERBS_DEVICES", "2").set("SOFTVERBS_LINK_LAYER", "ib"));
+  EXPECT_TRUE(e.exited_with(0)) << e.describe();
+  EXPECT_NE(e.out.find("SOFTVERBS_DEVICES=2 (environment): 2 devices\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("  emu1: InfiniBand, MTU 4096, automatic address"), std::string::npos) << e.out;
+
+  ProcessResult d = cli({"devices"});
+  EXPECT_NE(d.out.find("SOFTVERBS_DEVICES unset or empty (means 1): 1 device\n  emu0:"), std::string::npos) << d.out;
+}
+
+TEST(Cli, DevicesShowsATakenAddress) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(4791);
+  ::inet_pton(AF_INET, "127.0.0.213", &sa.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    GTEST_SKIP() << "127.0.0.213:4791 is in use";
+  }
+  ProcessResult r = cli({"devices", "--devices", "x@127.0.0.213"});
+  ::close(fd);
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.out.find("fixed address 127.0.0.213 (UDP port 4791 is taken there now"), std::string::npos) << r.out;
+  std::string bound = r.out.substr(r.out.find("UDP port 4791 bound on this host now:"));
+  EXPECT_NE(bound.find(" 127.0.0.213"), std::string::npos) << r.out;
+}
+
+TEST(Cli, FaultsCheckInWords) {
+  ProcessResult r = cli({"faults", "check", SV_DROP_SCENARIO});
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, std::string(SV_DROP_SCENARIO) + ": valid, 1 rule\n" +
+                       "rule drop-1pct: on packets of any device, any direction, with probability 0.01: drop\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(Cli, RuleWords) {
+  faults::Scenario s;
+  std::string error;
+  ASSERT_TRUE(faults::parse_scenario(R"(seed = 4
+[[rule]]
+name = "nak-3"
+direction = "rx"
+device = "emu1"
+class = "send"
+nth = 3
+action = "nak"
+[[rule]]
+verb = "post_send"
+opcode = "IBV_WR_RDMA_WRITE"
+every = 2
+count = 5
+action = "fail"
+errno = "ENOMEM"
+[[rule]]
+at_ms = 100
+action = "port_down"
+duration_ms = 50
+)",
+                                     0, &s, &error))
+      << error;
+  ASSERT_EQ(s.rules.size(), 3u);
+  EXPECT_EQ(tools::describe_rule(s.rules[0]),
+            "rule nak-3: on packets of device emu1, received (rx), class send, on match number 3: nak with syndrome 0x60");
+  EXPECT_EQ(tools::describe_rule(s.rules[1]),
+            "rule rule2: on post_send of any device, opcode IBV_WR_RDMA_WRITE, on every 2th match, at most 5 times: "
+            "fail with ENOMEM");
+  EXPECT_EQ(tools::describe_rule(s.rules[2]),
+            "rule rule3: on a timer, 100 ms after loading, for any device, once: port_down on port 1, up again after "
+            "50 ms");
+}
+
+TEST(Cli, RocePortsFromProcNetUdp) {
+  const char* text =
+      "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n"
+      "  12: 0A00007F:12B7 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0 0\n"
+      "  13: 0100007F:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0 0\n"
+      "  14: 00000000:12B7 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0 0\n"
+      "  15: 0A00007F:12B7 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0 0\n";
+  std::vector<in_addr> bound = tools::roce_ports_bound(text);
+  ASSERT_EQ(bound.size(), 2u);
+  EXPECT_EQ(tools::to_string(bound[0]), "127.0.0.10");
+  EXPECT_EQ(tools::to_string(bound[1]), "0.0.0.0");
+}
+
+}  // namespace
+}  // namespace softverbs::test

@@ -1,0 +1,239 @@
+// The `softverbs` command: runs programs on softverbs' libibverbs.so.1 and
+// answers what a process would get from its configuration.
+//   softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--] CMD [ARGS...]
+//   softverbs devices [--devices SPEC]
+//   softverbs faults check FILE
+//   softverbs env | softverbs libdir
+// docs/configuration.md ("Launcher") is the reference. The program never loads
+// libibverbs itself: it links the configuration and scenario parsers only, so
+// that what it accepts is exactly what the library accepts.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/env.hpp"
+#include "emu/device/config.hpp"
+#include "faults/scenario.hpp"
+#include "tools/describe.hpp"
+#include "tools/launcher_env.hpp"
+
+namespace {
+
+using softverbs::tools::libdir;
+
+constexpr int kUsageError = 2;
+constexpr int kNotFound = 127;  // the shell's status for a command not found
+
+int fail(const std::string& message, int status = kUsageError) {
+  std::cerr << "softverbs: " << message << "\n";
+  return status;
+}
+
+bool read_file(const std::string& path, std::string* text, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  *text = s.str();
+  return true;
+}
+
+// The scenario in `path`, parsed as the library would parse SOFTVERBS_FAULTS.
+bool load_scenario(const std::string& path, softverbs::faults::Scenario* scenario, std::string* error) {
+  std::string text;
+  if (!read_file(path, &text, error)) return false;
+  if (softverbs::faults::parse_scenario(text, 0, scenario, error)) return true;
+  *error = path + ": " + *error;
+  return false;
+}
+
+struct RunOptions {
+  std::string devices, faults, pcap, log;
+  std::vector<std::string> command;
+};
+
+// Checks the options as the library will read them, sets the environment and
+// execs the command; returns only on failure.
+int run(const RunOptions& o) {
+  std::string error;
+  if (!o.devices.empty() && !softverbs::emu::parse_config(o.devices.c_str(), nullptr, nullptr, &error))
+    return fail("--devices: " + error);
+  std::string faults;
+  if (!o.faults.empty()) {
+    softverbs::faults::Scenario scenario;
+    if (!load_scenario(o.faults, &scenario, &error)) return fail("--faults: " + error);
+    // Absolute: the command may change its working directory before the library reads it.
+    faults = std::filesystem::absolute(o.faults).lexically_normal().string();
+  }
+  if (o.command.empty()) return fail("run: no command given (softverbs run [OPTIONS] [--] CMD [ARGS...])");
+
+  std::string path = libdir();
+  std::string old = softverbs::tools::ld_library_path();
+  if (!old.empty()) path += ":" + old;
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  if (!o.devices.empty()) setenv("SOFTVERBS_DEVICES", o.devices.c_str(), 1);
+  if (!faults.empty()) setenv("SOFTVERBS_FAULTS", faults.c_str(), 1);
+  if (!o.pcap.empty()) setenv("SOFTVERBS_PCAP", o.pcap.c_str(), 1);
+  if (!o.log.empty()) setenv("SOFTVERBS_LOG", o.log.c_str(), 1);
+
+  std::vector<char*> argv;
+  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  int err = errno;
+  return fail(o.command[0] + ": " + std::strerror(err), err == ENOENT ? kNotFound : 126);
+}
+
+std::string proc_net_udp() {
+  std::string text, error;
+  read_file("/proc/net/udp", &text, &error);
+  return text;
+}
+
+int devices(const std::string& spec) {
+  using namespace softverbs;
+  std::string error;
+  const char* text = spec.empty() ? env::devices() : spec.c_str();
+  auto config = emu::parse_config(text, env::link_layer(), env::mtu(), &error);
+  if (!config) return fail(error);
+  std::vector<in_addr> bound = tools::roce_ports_bound(proc_net_udp());
+  auto taken = [&](in_addr a) {
+    for (in_addr b : bound)
+      if (b.s_addr == a.s_addr || b.s_addr == INADDR_ANY) return true;
+    return false;
+  };
+  if (text && *text)
+    std::cout << "SOFTVERBS_DEVICES=" << text << (spec.empty() ? " (environment)" : " (--devices)");
+  else
+    std::cout << "SOFTVERBS_DEVICES unset or empty (means 1)";
+  std::cout << ": " << config->devices.size() << " device" << (config->devices.size() == 1 ? "" : "s") << "\n";
+  for (const emu::DeviceConfig& d : config->devices) {
+    std::cout << "  " << d.name << ": " << tools::to_string(d.link_layer) << ", MTU " << tools::mtu_bytes(d.active_mtu)
+              << ", ";
+    if (d.addr)
+      std::cout << "fixed address " << tools::to_string(*d.addr)
+                << (taken(*d.addr) ? " (UDP port 4791 is taken there now: the device would not be created)" : "");
+    else
+      std::cout << "automatic address (the first free one in 127.0.1.1-127.0.191.255)";
+    std::cout << "\n";
+  }
+  std::cout << "UDP port 4791 bound on this host now:";
+  if (bound.empty()) std::cout << " nowhere";
+  for (in_addr a : bound)
+    std::cout << " " << (a.s_addr == INADDR_ANY ? "0.0.0.0 (every address: a kernel RoCE driver?)" : tools::to_string(a));
+  std::cout << "\n";
+  return 0;
+}
+
+int faults_check(const std::string& path) {
+  softverbs::faults::Scenario scenario;
+  std::string error;
+  if (!load_scenario(path, &scenario, &error)) return fail(error, 1);
+  std::cout << path << ": valid, " << scenario.rules.size() << " rule" << (scenario.rules.size() == 1 ? "" : "s");
+  if (scenario.seed) std::cout << ", seed " << *scenario.seed;
+  std::cout << "\n";
+  for (const auto& rule : scenario.rules) std::cout << softverbs::tools::describe_rule(rule) << "\n";
+  return 0;
+}
+
+// Splits `softverbs run ... [--] CMD ARGS` into the launcher's part and CMD
+// ARGS, which must reach the command untouched even when they look like
+// options: the command starts after "--" or at the first word that is neither
+// an option nor an option's value. (CLI11 would read CMD's own options.)
+size_t command_start(int argc, char** argv, const std::vector<std::string>& value_options, bool* dashdash) {
+  *dashdash = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      *dashdash = true;
+      return i;
+    }
+    if (a.empty() || a[0] != '-') return i;
+    for (const std::string& o : value_options)
+      if (a == o) ++i;  // its value follows
+  }
+  return argc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"softverbs: run programs on emulated RDMA devices (docs/configuration.md, \"Launcher\")", "softverbs"};
+  app.set_version_flag("--version", SOFTVERBS_VERSION);
+  app.require_subcommand(1);
+
+  RunOptions ro;
+  auto* run_cmd = app.add_subcommand("run", "run CMD on softverbs' libibverbs.so.1 (LD_LIBRARY_PATH, SOFTVERBS_*)");
+  run_cmd->add_option("--devices", ro.devices, "SOFTVERBS_DEVICES for CMD, checked first");
+  run_cmd->add_option("--faults", ro.faults, "a fault scenario (SOFTVERBS_FAULTS, made absolute), checked first");
+  run_cmd->add_option("--pcap", ro.pcap, "capture the packets to this pcap file (SOFTVERBS_PCAP; %p: the pid)");
+  run_cmd->add_option("--log", ro.log, "SOFTVERBS_LOG for CMD")
+      ->check(CLI::IsMember({"none", "error", "warn", "info", "debug"}));
+  run_cmd->footer("CMD [ARGS...] follow the options, after an optional --.");
+
+  std::string dev_spec;
+  auto* dev_cmd = app.add_subcommand("devices", "the devices a process would get, and the RoCEv2 ports bound now");
+  dev_cmd->add_option("--devices", dev_spec, "a SOFTVERBS_DEVICES value (default: the environment's)");
+
+  std::string scenario;
+  auto* faults_cmd = app.add_subcommand("faults", "fault scenarios (docs/faults.md)");
+  faults_cmd->require_subcommand(1);
+  auto* check_cmd = faults_cmd->add_subcommand("check", "check a scenario file and print its rules in words");
+  check_cmd->add_option("FILE", scenario, "the scenario (TOML)")->required();
+
+  auto* env_cmd = app.add_subcommand("env", "print the LD_LIBRARY_PATH line `run` sets, for eval");
+  auto* libdir_cmd = app.add_subcommand("libdir", "print the directory of softverbs' libraries");
+
+  // The command of `run` is cut off before CLI11 sees the arguments.
+  int parsed_argc = argc;
+  if (argc >= 2 && std::string(argv[1]) == "run") {
+    bool dashdash = false;
+    size_t start = command_start(argc, argv, {"--devices", "--faults", "--pcap", "--log"}, &dashdash);
+    for (size_t i = start + (dashdash ? 1 : 0); i < static_cast<size_t>(argc); ++i) ro.command.push_back(argv[i]);
+    parsed_argc = static_cast<int>(start);
+  }
+  // Before the commands, only the program's own options: name what is wrong.
+  if (argc >= 2) {
+    std::string first = argv[1];
+    bool known = first == "-h" || first == "--help" || first == "--version";
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      known |= sub->get_name() == first;
+    if (!known && first[0] == '-') return fail("unknown option '" + first + "' (see softverbs --help)");
+    if (!known) return fail("unknown command '" + first + "' (run, devices, faults, env, libdir; see --help)");
+  }
+  try {
+    app.parse(parsed_argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(std::string(e.what()) + " (see softverbs --help)");
+  }
+
+  if (run_cmd->parsed()) return run(ro);
+  if (dev_cmd->parsed()) return devices(dev_spec);
+  if (check_cmd->parsed()) return faults_check(scenario);
+  if (libdir_cmd->parsed()) {
+    std::cout << libdir() << "\n";
+    return 0;
+  }
+  if (env_cmd->parsed()) {
+    std::cout << "export LD_LIBRARY_PATH=\"" << libdir() << "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n";
+    return 0;
+  }
+  return fail("no command (run, devices, faults, env, libdir; see --help)");
+}
