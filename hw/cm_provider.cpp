@@ -26,17 +26,6 @@ std::string configured_librdmacm() {
   return env && *env ? env : SV_HW_DEFAULT_LIBRDMACM;
 }
 
-// Loading is a side effect of the first rdma_* call; it must not change the
-// errno that call reports.
-class KeepErrno {
- public:
-  KeepErrno() noexcept : saved_(errno) {}
-  ~KeepErrno() { errno = saved_; }
-
- private:
-  int saved_;
-};
-
 bool same_file(const char* a, const char* b) {
   struct stat sa {
   }, sb{};

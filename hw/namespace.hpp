@@ -23,6 +23,20 @@
 
 namespace softverbs::hw {
 
+// Keeps the caller's errno across an internal call whose own errno nobody asked
+// for: loading a library as a side effect of a verb, listing devices to answer
+// an ownership question.
+class KeepErrno {
+ public:
+  KeepErrno() noexcept : saved_(errno) {}
+  ~KeepErrno() { errno = saved_; }
+  KeepErrno(const KeepErrno&) = delete;
+  KeepErrno& operator=(const KeepErrno&) = delete;
+
+ private:
+  int saved_;
+};
+
 class Namespace {
  public:
   // The loaded namespace, or NULL when the real library is unavailable (missing,

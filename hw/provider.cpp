@@ -19,17 +19,6 @@ T* fail_null(int err) {
   return nullptr;
 }
 
-// Keeps the caller's errno across an internal call whose own errno nobody asked
-// for (listing devices to answer an ownership question, say).
-class KeepErrno {
- public:
-  KeepErrno() noexcept : saved_(errno) {}
-  ~KeepErrno() { errno = saved_; }
-
- private:
-  int saved_;
-};
-
 }  // namespace
 
 HwProvider& HwProvider::instance() {
