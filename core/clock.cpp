@@ -18,8 +18,10 @@ class RealClock final : public Clock {
 }  // namespace
 
 const Clock& real_clock() noexcept {
-  static const RealClock clock;
-  return clock;
+  // Never destroyed: the process's progress thread is detached and may still
+  // read the clock while static destructors run at exit.
+  static const RealClock* clock = new RealClock;
+  return *clock;
 }
 
 }  // namespace softverbs

@@ -139,10 +139,14 @@ TEST(RealTimeScheduler, RunsDeadlinesInOrderAndNotEarly) {
       cv.notify_all();
     };
   };
-  s.at(t0 + 30ms, task(3));
-  s.at(t0 + 10ms, task(1));
-  s.after(20ms, task(2));
+  // Each call may take a while (the first starts the thread; sanitizers slow
+  // them down), so the deadlines are ordered whatever the calls cost: after()
+  // counts from its own call, and task 3's deadline from after that. Task 1 is
+  // asked for after task 2 but is due before it.
   s.post(task(0));
+  s.after(20ms, task(2));
+  s.at(t0 + 10ms, task(1));
+  s.at(s.clock().now() + 30ms, task(3));
   std::unique_lock lock(mu);
   ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return ran.size() == 4; }));
   for (int i = 0; i < 4; ++i) EXPECT_EQ(ran[i].first, i);
