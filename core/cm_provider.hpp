@@ -170,6 +170,8 @@ const std::vector<CmProvider*>& cm_providers();
 
 // The backends' entry points. hw_cm_provider() is NULL when the real librdmacm
 // cannot be used (the reason is logged at debug level); the first call loads it.
+// emu_cm_provider() is the emulator's CM (emu/cm/), always available.
 CmProvider* hw_cm_provider();
+CmProvider* emu_cm_provider();
 
 }  // namespace softverbs

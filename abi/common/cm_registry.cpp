@@ -10,7 +10,7 @@ const std::vector<CmProvider*>& cm_providers() {
   static const std::vector<CmProvider*> list = [] {
     std::vector<CmProvider*> out;
     for (Provider* p : providers()) {
-      // The emulator's CM (emu/cm/) will join here for &emu_provider().
+      if (p == &emu_provider()) out.push_back(emu_cm_provider());
       // The hw CM is the real librdmacm, loaded now (a missing one is logged
       // at debug level and leaves the hw backend without a CM).
       if (p == &hw_provider())
