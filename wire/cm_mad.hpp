@@ -104,7 +104,7 @@ enum class RejReason : std::uint16_t {
 // REJ "MessageRejected" and MRA "MessageMRAed" (byte 8, top 2 bits).
 enum class MsgKind : std::uint8_t { kReq = 0, kRep = 1, kOther = 2 };
 
-// SIDR_REP status (IBTA Table 116).
+// SIDR_REP status (the Status field of IBTA Table 120).
 enum class SidrStatus : std::uint8_t {
   kValid = 0,
   kServiceIdNotSupported = 1,
@@ -178,7 +178,7 @@ struct Req {
   bool srq = false;
   std::uint8_t extended_transport = 0;  // 3 bits
   ReqPath primary;
-  ReqPath alternate;  // all zero when there is none
+  ReqPath alternate{.local_lid = 0, .remote_lid = 0};  // all zero when there is none
   std::array<std::uint8_t, kReqPrivate> private_data{};
   friend bool operator==(const Req&, const Req&) = default;
 };
@@ -245,7 +245,7 @@ struct Drep {
   friend bool operator==(const Drep&, const Drep&) = default;
 };
 
-// SIDR_REQ (IBTA Table 115): RequestID 0-3, P_Key 4-5, ServiceID 8-15, private 16-231.
+// SIDR_REQ (IBTA Table 119): RequestID 0-3, P_Key 4-5, ServiceID 8-15, private 16-231.
 struct SidrReq {
   std::uint32_t request_id = 0;
   std::uint16_t pkey = 0xFFFF;
@@ -254,7 +254,7 @@ struct SidrReq {
   friend bool operator==(const SidrReq&, const SidrReq&) = default;
 };
 
-// SIDR_REP (IBTA Table 116): RequestID 0-3, Status 4, AdditionalInfoLength 5,
+// SIDR_REP (IBTA Table 120): RequestID 0-3, Status 4, AdditionalInfoLength 5,
 // QPN 8-10, ServiceID 12-19, Q_Key 20-23, ClassPortInfo 24-95, private 96-231.
 struct SidrRep {
   std::uint32_t request_id = 0;

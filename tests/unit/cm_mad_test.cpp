@@ -186,6 +186,15 @@ TEST(CmMadLayout, Req) {
   check_layout(sample_req(), e);
 }
 
+// A REQ without an alternate path leaves bytes 96-139 zero: Linux's CM takes a
+// nonzero alternate local LID or GID for an alternate path (cm_req_has_alt_path).
+TEST(CmMadLayout, ReqWithoutAnAlternatePath) {
+  const Mad mad = encoded(MadHeader{}, Req{});
+  for (std::size_t i = 96; i < 140; ++i) EXPECT_EQ(mad[D + i], 0) << "data byte " << i;
+  EXPECT_EQ(mad[D + 52], 0xFF);  // the primary path's LIDs are permissive
+  EXPECT_EQ(mad[D + 55], 0xFF);
+}
+
 // ---------------------------------------------------------------------------
 // Tables 107 MRA, 108 REJ, 110 REP, 111 RTU, 112 DREQ, 113 DREP
 // ---------------------------------------------------------------------------
