@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "emu/device/config.hpp"
+#include "emu/device/host.hpp"
 #include "faults/rule.hpp"
 
 namespace softverbs::tools {
@@ -18,11 +19,7 @@ namespace softverbs::tools {
 // device, any direction, with probability 0.01: drop".
 std::string describe_rule(const faults::FaultRule& rule);
 
-// The IPv4 addresses with a UDP socket bound to port 4791, read from the
-// text of /proc/net/udp (passed in, so that it can be tested): "0100007F:12B7"
-// is 127.0.0.1:4791 (the address is the kernel's network-order word printed
-// in host order). Each address once, in the order of the table.
-std::vector<in_addr> roce_ports_bound(std::string_view proc_net_udp);
+using emu::roce_ports_bound;  // emu/device/host.hpp
 
 std::string to_string(in_addr addr);
 std::string_view to_string(emu::LinkLayer link_layer);
