@@ -3,6 +3,7 @@
 // QPs moved to the error state, ports taken down and up, async events raised,
 // devices failing.
 #include "emu/device/fault_actions.hpp"
+#include "emu/device/gsi.hpp"
 
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
@@ -180,6 +181,7 @@ void Device::make_fatal() {
   }
   for (uint32_t qpn : qpns)
     if (Qp* qp = find_qp(qpn)) qp->force_error(false);
+  if (GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire)) agent->device_failed(*this);
 }
 
 }  // namespace softverbs::emu

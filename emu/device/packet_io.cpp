@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "emu/objects/objects.hpp"
+#include "emu/device/gsi.hpp"
 #include "emu/qp/qp.hpp"
+#include "wire/cm_mad.hpp"
 #include "core/log.hpp"
 
 namespace softverbs::emu {
@@ -103,6 +105,12 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
 
 // The receive demultiplexer: the packet goes to the QP it names.
 void Device::deliver(in_addr src, const wire::PacketView& pkt) {
+  if (pkt.bth.dest_qp == wire::cm::kGsiQpn) {
+    if (GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire)) {
+      agent->receive_gsi(*this, src, pkt);
+      return;
+    }
+  }
   Qp* qp = find_qp(pkt.bth.dest_qp);
   if (!qp) {
     counters_.rx_unknown_qp.fetch_add(1, std::memory_order_relaxed);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "emu/device/config.hpp"
+#include "emu/device/gsi.hpp"
 #include "emu/objects/handle.hpp"
 #include "emu/qp/wq.hpp"
 #include "core/clock.hpp"
@@ -143,6 +144,8 @@ class Device final : private fabric::PacketSink {
 
   // ---- the fault layer ------------------------------------------------------
   faults::PacketFilter& packet_filter() { return packet_filter_; }
+  // The agent that gets the packets sent to QP1 (emu/device/gsi.hpp); set once.
+  void set_gsi_agent(GsiAgent* agent) { gsi_agent_.store(agent, std::memory_order_release); }
   faults::VerbFilter& verb_filter() { return verb_filter_; }
 
   // ---- port and device state (the fault layer's port_down/up, device_fatal) --
@@ -195,6 +198,7 @@ class Device final : private fabric::PacketSink {
   std::atomic<bool> fatal_{false};
 
   Counters counters_;
+  std::atomic<GsiAgent*> gsi_agent_{nullptr};
   // One thread processes received packets at a time, in order: it serialises
   // the link's drain() and inject().
   std::mutex rx_mu_;

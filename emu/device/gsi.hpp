@@ -1,0 +1,25 @@
+// The device's general services interface (QP1): where the management
+// datagrams a device receives go. The connection manager (emu/cm/) registers
+// itself as each device's agent; a device without one drops them, counted as
+// packets for an unknown QP.
+#pragma once
+
+#include <netinet/in.h>
+
+#include "wire/packet.hpp"
+
+namespace softverbs::emu {
+
+class Device;
+
+class GsiAgent {
+ public:
+  virtual ~GsiAgent() = default;
+  // A packet whose BTH names QP1, after the device's checks and the fault
+  // layer. Called on the device's receive path (never concurrently for one device).
+  virtual void receive_gsi(Device& device, in_addr src, const wire::PacketView& packet) = 0;
+  // The device failed (softverbs_device_fatal): what the agent hung on it goes.
+  virtual void device_failed(Device& device) = 0;
+};
+
+}  // namespace softverbs::emu
