@@ -38,6 +38,11 @@ constexpr std::array kTable = {
              "unset: no decision log", kLibrary, false},
     // rdma-core's rule: ignored in setuid programs.
     Variable{Var::kSysfsPath, "SYSFS_PATH", "what ibv_get_sysfs_path() returns", "/sys", kLibrary, true},
+    Variable{Var::kCmResponseTimeout, "SOFTVERBS_CM_RESPONSE_TIMEOUT",
+             "the emulated CM's response timeout, as IBTA's 5-bit exponent (4.096 us * 2^N)", "20", kLibrary,
+             false},
+    Variable{Var::kCmMaxRetries, "SOFTVERBS_CM_MAX_RETRIES", "how often the emulated CM resends an unanswered MAD",
+             "15", kLibrary, false},
 };
 
 // kTable is indexed by Var.

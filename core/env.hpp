@@ -29,6 +29,8 @@ enum class Var {
   kFaultSeed,
   kFaultLog,
   kSysfsPath,
+  kCmResponseTimeout,
+  kCmMaxRetries,
 };
 
 struct Variable {
@@ -60,5 +62,7 @@ inline const char* faults() noexcept { return raw(Var::kFaults); }
 inline const char* fault_seed() noexcept { return raw(Var::kFaultSeed); }
 inline const char* fault_log() noexcept { return raw(Var::kFaultLog); }
 inline const char* sysfs_path() noexcept { return raw(Var::kSysfsPath); }
+inline const char* cm_response_timeout() noexcept { return raw(Var::kCmResponseTimeout); }
+inline const char* cm_max_retries() noexcept { return raw(Var::kCmMaxRetries); }
 
 }  // namespace softverbs::env
