@@ -1,9 +1,11 @@
 # What `cmake --install BUILD --prefix P` installs, and the Debian package
 # (`cpack -G DEB` in the build tree). docs/install.md is the user's side.
 #
-#   P/lib/softverbs/libibverbs.so.1   the drop-in library, in a private directory:
-#                                     never on the default loader path, so it
+#   P/lib/softverbs/libibverbs.so.1   the drop-in libraries, in a private directory:
+#   P/lib/softverbs/librdmacm.so.1    never on the default loader path, so they
 #                                     cannot shadow the system's rdma-core
+#                                     (librdmacm.so.1 finds libibverbs.so.1
+#                                     beside it: run path $ORIGIN)
 #   P/bin/softverbs                   the softverbs command (finds the library relative to itself;
 #                                     installed by tools/CMakeLists.txt)
 #   P/include/softverbs/              the control API headers (faults.h, faults.hpp) and
@@ -19,7 +21,7 @@ set(SV_INSTALL_PRIVATE_LIBDIR ${CMAKE_INSTALL_LIBDIR}/softverbs)
 set(SV_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/softverbs)
 set(SV_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-install(TARGETS ibverbs LIBRARY DESTINATION ${SV_INSTALL_PRIVATE_LIBDIR} NAMELINK_SKIP)
+install(TARGETS ibverbs rdmacm LIBRARY DESTINATION ${SV_INSTALL_PRIVATE_LIBDIR} NAMELINK_SKIP)
 install(FILES ${CMAKE_SOURCE_DIR}/include/softverbs/faults.h ${CMAKE_SOURCE_DIR}/include/softverbs/faults.hpp
               ${CMAKE_SOURCE_DIR}/include/softverbs/testing.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/softverbs)
@@ -41,14 +43,14 @@ configure_file(${CMAKE_SOURCE_DIR}/cmake/softverbs.pc.in ${CMAKE_BINARY_DIR}/pac
 install(FILES ${CMAKE_BINARY_DIR}/package/softverbs.pc DESTINATION ${SV_INSTALL_PKGCONFIGDIR})
 
 # The Debian package: everything above under /usr. Its files live in
-# /usr/lib/softverbs, /usr/bin/softverbs, /usr/include/softverbs,
+# /usr/lib/softverbs (libibverbs.so.1, librdmacm.so.1), /usr/bin/softverbs, /usr/include/softverbs,
 # /usr/lib/cmake/softverbs and /usr/lib/pkgconfig/softverbs.pc, none of which
 # rdma-core's packages own, so it installs beside them.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME softverbs)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
-    "RDMA verbs in software: a drop-in libibverbs.so.1 with emulated RoCEv2/InfiniBand devices")
+    "RDMA verbs in software: drop-in libibverbs.so.1 and librdmacm.so.1 with emulated RoCEv2/InfiniBand devices")
 set(CPACK_PACKAGE_CONTACT "softverbs maintainers <softverbs@localhost>")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)

@@ -61,6 +61,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <vector>
 
 namespace softverbs {
@@ -174,4 +175,19 @@ const std::vector<CmProvider*>& cm_providers();
 CmProvider* hw_cm_provider();
 CmProvider* emu_cm_provider();
 
+// The version of this interface as the two exported libraries share it: raised
+// whenever a method of CmProvider is added, removed or changes its signature.
+inline constexpr unsigned kCmProviderInterface = 1;
+
 }  // namespace softverbs
+
+// How librdmacm.so.1 reaches cm_providers(): the CM providers live inside
+// libibverbs.so.1 beside the verbs providers whose devices they share, and
+// librdmacm.so.1 (DT_NEEDED libibverbs.so.1) asks for them through this one
+// function, exported by libibverbs.so.1 in the version node
+// SOFTVERBS_PRIVATE_0.1 (abi/verbs/libibverbs.map, abi/verbs/cm_private.cpp).
+// `interface` is the caller's kCmProviderInterface: a libibverbs.so.1 built with
+// another CmProvider answers NULL, so a mismatched pair of libraries has no CM
+// instead of calling through the wrong virtual table. Otherwise it returns the
+// providers in order and their number in *count; their methods never throw.
+extern "C" softverbs::CmProvider* const* softverbs_private_cm_providers(unsigned interface, size_t* count);

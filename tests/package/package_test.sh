@@ -20,14 +20,20 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 prefix=$work/opt/softverbs
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in lib/softverbs/libibverbs.so.1 bin/softverbs include/softverbs/faults.h include/softverbs/faults.hpp include/softverbs/testing.hpp \
+for f in lib/softverbs/libibverbs.so.1 lib/softverbs/librdmacm.so.1 bin/softverbs include/softverbs/faults.h include/softverbs/faults.hpp include/softverbs/testing.hpp \
          lib/cmake/softverbs/softverbsConfig.cmake lib/cmake/softverbs/softverbsConfigVersion.cmake \
          lib/pkgconfig/softverbs.pc; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
-# The drop-in library is only in the private directory.
-stray=$(find "$prefix" -name 'libibverbs*' ! -path "$prefix/lib/softverbs/*")
-[ -z "$stray" ] || fail "libibverbs outside lib/softverbs: $stray"
+# The drop-in libraries are only in the private directory, and the installed
+# librdmacm.so.1 finds the libibverbs.so.1 beside it (run path $ORIGIN).
+stray=$(find "$prefix" \( -name 'libibverbs*' -o -name 'librdmacm*' \) ! -path "$prefix/lib/softverbs/*")
+[ -z "$stray" ] || fail "libibverbs or librdmacm outside lib/softverbs: $stray"
+runpath=$(readelf -d "$prefix/lib/softverbs/librdmacm.so.1" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+[ "$runpath" = '$ORIGIN' ] || fail "the installed librdmacm.so.1's run path: '$runpath'"
+deps=$(env -u LD_LIBRARY_PATH ldd "$prefix/lib/softverbs/librdmacm.so.1")
+echo "$deps" | grep -q "libibverbs.so.1 => $prefix/lib/softverbs/libibverbs.so.1" ||
+  fail "the installed librdmacm.so.1 does not load the libibverbs.so.1 beside it: $deps"
 
 consumer=$work/consumer
 cmake -S "$src/tests/package/consumer" -B "$consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure.log" 2>&1 ||
@@ -46,6 +52,8 @@ moved=$work/elsewhere
 mv "$work/opt/softverbs" "$moved"
 [ "$("$moved/bin/softverbs" libdir)" = "$moved/lib/softverbs" ] || fail "the moved launcher's libdir: $("$moved/bin/softverbs" libdir)"
 SOFTVERBS_DEVICES=2 "$moved/bin/softverbs" run -- "$consumer/devcheck" 2 || fail "devcheck through the moved launcher"
+env -u LD_LIBRARY_PATH ldd "$moved/lib/softverbs/librdmacm.so.1" | grep -q "libibverbs.so.1 => $moved/lib/softverbs/libibverbs.so.1" ||
+  fail "the moved librdmacm.so.1 does not load the libibverbs.so.1 beside it"
 ln -s "$moved/bin/softverbs" "$work/softverbs-link"
 [ "$("$work/softverbs-link" libdir)" = "$moved/lib/softverbs" ] || fail "a symlink to the launcher"
 cflags=$(PKG_CONFIG_PATH="$moved/lib/pkgconfig" pkg-config --cflags softverbs)
@@ -56,7 +64,8 @@ cpack --config "$build/CPackConfig.cmake" -B "$work/deb" >"$work/cpack.log" 2>&1
 deb=$(ls "$work"/deb/softverbs_*.deb)
 dpkg-deb -c "$deb" | awk '{print $NF}' > "$work/files"
 grep -qx './usr/lib/softverbs/libibverbs.so.1' "$work/files" || fail "the .deb lacks /usr/lib/softverbs/libibverbs.so.1"
+grep -qx './usr/lib/softverbs/librdmacm.so.1' "$work/files" || fail "the .deb lacks /usr/lib/softverbs/librdmacm.so.1"
 grep -qx './usr/bin/softverbs' "$work/files" || fail "the .deb lacks /usr/bin/softverbs"
-if grep -E '^\./(usr/)?lib/x86_64-linux-gnu/|^\./usr/lib/libibverbs' "$work/files"; then fail "the .deb has files on the loader's path"; fi
+if grep -E '^\./(usr/)?lib/x86_64-linux-gnu/|^\./usr/lib/lib(ibverbs|rdmacm)' "$work/files"; then fail "the .deb has files on the loader's path"; fi
 dpkg-deb -f "$deb" Depends | grep -q libisal2 || fail "the .deb does not depend on libisal2"
 echo "package: installed, consumed with find_package and pkg-config, relocated, packaged ($(basename "$deb"))"
