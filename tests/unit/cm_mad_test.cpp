@@ -16,6 +16,7 @@
 #include "wire/cm_mad.hpp"
 #include "wire/headers.hpp"
 #include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
 namespace softverbs::wire::cm {
@@ -659,6 +660,36 @@ TEST(Gmp, ParsesAsUdSendOnlyFromQp1ToQp1) {
   ASSERT_EQ(build_gmp(mad, 5, out, nullptr), kGmpPacketSize);
   EXPECT_EQ(load_icrc(out.data() + kGmpPacketSize - 4), 0u);
   EXPECT_EQ(build_gmp(mad, 5, std::span(out).first(kGmpPacketSize - 1), &f), 0u);
+}
+
+// cm_attribute() names the CM message of a GMP from its MAD header alone.
+TEST(Gmp, CmAttributeOfAPacket) {
+  const Mad mad = encoded(MadHeader{}, Drep{});
+  std::array<std::uint8_t, kGmpPacketSize> out{};
+  ASSERT_EQ(build_gmp(mad, 0, out, nullptr), kGmpPacketSize);
+  PacketView v;
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  EXPECT_EQ(cm_attribute(v), Attr::kDrep);
+  // Another class version is still a CM MAD; another class or QP is not.
+  Mad other = mad;
+  other[2] = 1;
+  ASSERT_EQ(build_gmp(other, 0, out, nullptr), kGmpPacketSize);
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  EXPECT_EQ(cm_attribute(v), Attr::kDrep);
+  other[1] = 0x03;  // subnet administration
+  ASSERT_EQ(build_gmp(other, 0, out, nullptr), kGmpPacketSize);
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
+  ASSERT_EQ(build_gmp(mad, 0, out, nullptr), kGmpPacketSize);
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  v.bth.dest_qp = 2;
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
+  v.bth.dest_qp = 1;
+  v.bth.opcode = opcode::rc_send_only;
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
+  v.bth.opcode = opcode::ud_send_only;
+  v.payload = v.payload.first(kMadHeaderSize - 1);
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
 }
 
 }  // namespace
