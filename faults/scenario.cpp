@@ -31,16 +31,16 @@ std::optional<PacketClass> parse_class(std::string_view s) {
 }
 
 // The CM messages a `cm` key can name, as the codec names them (wire/cm_mad.hpp).
-constexpr cm::Attr kCmMessages[] = {cm::Attr::kReq,  cm::Attr::kMra,  cm::Attr::kRej,
-                                    cm::Attr::kRep,  cm::Attr::kRtu,  cm::Attr::kDreq,
+constexpr cm::Attr kCmMessages[] = {cm::Attr::kReq,  cm::Attr::kMra,     cm::Attr::kRej,
+                                    cm::Attr::kRep,  cm::Attr::kRtu,     cm::Attr::kDreq,
                                     cm::Attr::kDrep, cm::Attr::kSidrReq, cm::Attr::kSidrRep};
 
 std::optional<cm::Attr> parse_cm_message(std::string_view s) {
   auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
   for (cm::Attr a : kCmMessages) {
     const std::string_view name = cm::to_string(a);
-    if (name.size() == s.size() && std::equal(name.begin(), name.end(), s.begin(),
-                                              [&](char x, char y) { return lower(x) == lower(y); }))
+    if (name.size() == s.size() &&
+        std::equal(name.begin(), name.end(), s.begin(), [&](char x, char y) { return lower(x) == lower(y); }))
       return a;
   }
   return std::nullopt;
@@ -268,9 +268,10 @@ bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const
   if (t.contains("at_ms")) {
     r->target = RuleTarget::timed;
     if (!get_uint(t, "at_ms", &r->at_ms, 86400000, error, where)) return false;
-    if (!forbid(t, {"verb", "direction", "opcode", "class", "cm", "psn", "nth", "every", "probability", "count",
-                    "on_event"},
-                "a timed rule (at_ms)", error, where))
+    if (!forbid(
+            t,
+            {"verb", "direction", "opcode", "class", "cm", "psn", "nth", "every", "probability", "count", "on_event"},
+            "a timed rule (at_ms)", error, where))
       return false;
   } else if (const toml::node* n = t.get("verb")) {
     r->target = RuleTarget::verb;
@@ -352,8 +353,8 @@ bool parse_match(const toml::table& t, FaultRule* r, std::string* error, const s
     auto name = n->value<std::string>();
     r->cm = name ? parse_cm_message(*name) : std::nullopt;
     if (!r->cm) {
-      *error = where + ": cm must name a CM message (" + cm_message_names() + ")" +
-               (name ? ", not '" + *name + "'" : "");
+      *error =
+          where + ": cm must name a CM message (" + cm_message_names() + ")" + (name ? ", not '" + *name + "'" : "");
       return false;
     }
   }
@@ -473,9 +474,9 @@ bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const 
 
 bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* error) {
   const std::string where = "rule " + std::to_string(index + 1);
-  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",     "class",
-                                      "psn",      "nth",       "every",    "probability", "count",      "action",
-                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",      "on_event",
+  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",      "class",
+                                      "psn",      "nth",       "every",    "probability", "count",       "action",
+                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",       "on_event",
                                       "errno",    "status",    "event",    "port",        "duration_ms", "cm"};
   for (auto&& [k, v] : t) {
     bool ok = false;
