@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "faults/scenario.hpp"
+#include "wire/cm_mad.hpp"
 #include "wire/psn.hpp"
 
 namespace softverbs::faults {
@@ -248,13 +249,16 @@ FaultDecision FaultEngine::decide(const PacketFacts& f) {
     if (r.qpn && *r.qpn != p.bth.dest_qp) continue;
     if (r.opcode && *r.opcode != p.bth.opcode) continue;
     if (!class_matches(r.packet_class, p)) continue;
+    if (r.cm && wire::cm::cm_attribute(p) != r.cm) continue;
     if (r.psn_first && (psn_lt(p.bth.psn, *r.psn_first) || psn_gt(p.bth.psn, *r.psn_last))) continue;
     if (!fire_locked(s)) continue;
     if (log_) {
-      char what[160];
-      std::snprintf(what, sizeof what, "%s %.*s qpn=0x%06x psn=%u opcode=%.*s",
+      char what[180];
+      const std::string_view msg = r.cm ? wire::cm::to_string(*r.cm) : std::string_view();
+      std::snprintf(what, sizeof what, "%s %.*s qpn=0x%06x psn=%u opcode=%.*s%s%.*s",
                     f.direction == Direction::tx ? "tx" : "rx", static_cast<int>(f.device.size()), f.device.data(),
-                    p.bth.dest_qp, p.bth.psn, static_cast<int>(p.op->name.size()), p.op->name.data());
+                    p.bth.dest_qp, p.bth.psn, static_cast<int>(p.op->name.size()), p.op->name.data(),
+                    r.cm ? " cm=" : "", static_cast<int>(msg.size()), msg.data());
       log_locked(s, what);
     }
     return decision_of(r, i);  // the first rule that fires decides

@@ -3,7 +3,8 @@
 // or at a given time.
 //
 // A packet rule matches on the device, the direction, the BTH (destination QP,
-// opcode or opcode class, PSN range); a verb rule on the device, the QP, the work
+// opcode or opcode class, PSN range) and, for the GMPs on QP 1, the CM message
+// their MAD carries; a verb rule on the device, the QP, the work
 // request or completion opcode, the event type. Either fires on the nth match, on
 // every nth, or with a probability, at most `count` times. Each rule draws from
 // its own random stream, seeded from the scenario seed and the rule's position, so
@@ -17,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "wire/cm_mad.hpp"
 #include "wire/packet.hpp"
 
 namespace softverbs::faults {
@@ -70,6 +72,7 @@ struct FaultRule {
   std::optional<uint32_t> qpn;    // BTH destination QP
   std::optional<uint8_t> opcode;  // BTH opcode
   PacketClass packet_class = PacketClass::any;
+  std::optional<wire::cm::Attr> cm;  // only GMPs to QP 1 carrying this CM message
   std::optional<uint32_t> psn_first;  // inclusive PSN range
   std::optional<uint32_t> psn_last;
   // when

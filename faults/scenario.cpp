@@ -4,9 +4,11 @@
 #include <infiniband/verbs.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
+#include "wire/cm_mad.hpp"
 #include "wire/opcode.hpp"
 #include "wire/psn.hpp"
 
@@ -26,6 +28,28 @@ std::optional<PacketClass> parse_class(std::string_view s) {
   if (s == "atomic") return PacketClass::atomic;
   if (s == "atomic_ack") return PacketClass::atomic_ack;
   return std::nullopt;
+}
+
+// The CM messages a `cm` key can name, as the codec names them (wire/cm_mad.hpp).
+constexpr cm::Attr kCmMessages[] = {cm::Attr::kReq,  cm::Attr::kMra,     cm::Attr::kRej,
+                                    cm::Attr::kRep,  cm::Attr::kRtu,     cm::Attr::kDreq,
+                                    cm::Attr::kDrep, cm::Attr::kSidrReq, cm::Attr::kSidrRep};
+
+std::optional<cm::Attr> parse_cm_message(std::string_view s) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  for (cm::Attr a : kCmMessages) {
+    const std::string_view name = cm::to_string(a);
+    if (name.size() == s.size() &&
+        std::equal(name.begin(), name.end(), s.begin(), [&](char x, char y) { return lower(x) == lower(y); }))
+      return a;
+  }
+  return std::nullopt;
+}
+
+std::string cm_message_names() {
+  std::string s;
+  for (cm::Attr a : kCmMessages) s += (s.empty() ? "" : ", ") + std::string(cm::to_string(a));
+  return s;
 }
 
 std::optional<FaultAction> parse_action(std::string_view s) {
@@ -244,8 +268,10 @@ bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const
   if (t.contains("at_ms")) {
     r->target = RuleTarget::timed;
     if (!get_uint(t, "at_ms", &r->at_ms, 86400000, error, where)) return false;
-    if (!forbid(t, {"verb", "direction", "opcode", "class", "psn", "nth", "every", "probability", "count", "on_event"},
-                "a timed rule (at_ms)", error, where))
+    if (!forbid(
+            t,
+            {"verb", "direction", "opcode", "class", "cm", "psn", "nth", "every", "probability", "count", "on_event"},
+            "a timed rule (at_ms)", error, where))
       return false;
   } else if (const toml::node* n = t.get("verb")) {
     r->target = RuleTarget::verb;
@@ -262,7 +288,7 @@ bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const
       *error = where + ": verb must be post_send, post_recv, completion or async_event";
       return false;
     }
-    if (!forbid(t, {"direction", "class", "psn", "syndrome"}, "a verb rule", error, where)) return false;
+    if (!forbid(t, {"direction", "class", "cm", "psn", "syndrome"}, "a verb rule", error, where)) return false;
     if (r->verb != VerbPoint::async_event && !forbid(t, {"on_event"}, "this verb", error, where)) return false;
     if (r->verb == VerbPoint::post_send) {
       if (!get_named(t, "opcode", kWrOpcodes, &r->verb_opcode, error, where)) return false;
@@ -322,6 +348,15 @@ bool parse_match(const toml::table& t, FaultRule* r, std::string* error, const s
       return false;
     }
     r->packet_class = *pc;
+  }
+  if (const toml::node* n = t.get("cm")) {
+    auto name = n->value<std::string>();
+    r->cm = name ? parse_cm_message(*name) : std::nullopt;
+    if (!r->cm) {
+      *error =
+          where + ": cm must name a CM message (" + cm_message_names() + ")" + (name ? ", not '" + *name + "'" : "");
+      return false;
+    }
   }
   if (const toml::node* n = t.get("psn")) {
     const toml::array* a = n->as_array();
@@ -393,6 +428,10 @@ bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const 
       r->syndrome = static_cast<uint8_t>(syn);
     }
   }
+  if (r->action == FaultAction::nak && r->cm) {
+    *error = where + ": action nak does not apply to CM MADs (they travel on UD, which has no NAKs)";
+    return false;
+  }
   if (r->action == FaultAction::nak && r->direction != Direction::rx) {
     *error = where + ": action nak applies to received packets: set direction = \"rx\"";
     return false;
@@ -435,10 +474,10 @@ bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const 
 
 bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* error) {
   const std::string where = "rule " + std::to_string(index + 1);
-  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",     "class",
-                                      "psn",      "nth",       "every",    "probability", "count",      "action",
-                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",      "on_event",
-                                      "errno",    "status",    "event",    "port",        "duration_ms"};
+  static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",      "class",
+                                      "psn",      "nth",       "every",    "probability", "count",       "action",
+                                      "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",       "on_event",
+                                      "errno",    "status",    "event",    "port",        "duration_ms", "cm"};
   for (auto&& [k, v] : t) {
     bool ok = false;
     for (const char* name : known) ok |= k.str() == name;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "faults/scenario.hpp"
+#include "wire/cm_mad.hpp"
 
 namespace softverbs::tools {
 namespace {
@@ -78,6 +79,7 @@ std::string match_words(const faults::FaultRule& r) {
                                                 : "any direction";
     if (r.opcode) s += ", opcode " + hex(*r.opcode);
     if (r.packet_class != faults::PacketClass::any) s += ", class " + std::string(class_name(r.packet_class));
+    if (r.cm) s += ", CM " + std::string(wire::cm::to_string(*r.cm)) + " MADs (UD SEND ONLY to QP 1, class 0x07)";
     if (r.qpn) s += ", destination QP " + hex(*r.qpn);
     if (r.psn_first) s += ", PSN " + std::to_string(*r.psn_first) + ".." + std::to_string(r.psn_last.value_or(*r.psn_first));
     return s;

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "wire/headers.hpp"
+#include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
 namespace softverbs::wire::cm {
@@ -477,9 +478,8 @@ bool decode(std::span<const std::uint8_t> in, CmaHeader& h) noexcept {
 std::size_t build_gmp(std::span<const std::uint8_t, kMadSize> mad, std::uint32_t psn, std::span<std::uint8_t> out,
                       const IcrcFlow* flow) noexcept {
   if (out.size() < kGmpPacketSize) return 0;
-  constexpr std::uint8_t kUdSendOnly = 0x64;
   PacketHeaders h;
-  h.bth.opcode = kUdSendOnly;
+  h.bth.opcode = opcode::ud_send_only;
   h.bth.pkey = kDefaultPkey;
   h.bth.dest_qp = kGsiQpn;
   h.bth.psn = psn & 0xFFFFFFu;
@@ -487,6 +487,12 @@ std::size_t build_gmp(std::span<const std::uint8_t, kMadSize> mad, std::uint32_t
   h.deth.src_qp = kGsiQpn;
   const std::size_t n = build(h, std::span<const std::uint8_t>(mad), out, flow);
   return n == kGmpPacketSize ? n : 0;
+}
+
+std::optional<Attr> cm_attribute(const PacketView& p) noexcept {
+  if (p.bth.opcode != opcode::ud_send_only || p.bth.dest_qp != kGsiQpn) return std::nullopt;
+  if (p.payload.size() < kMadHeaderSize || p.payload[1] != kMgmtClassCm) return std::nullopt;
+  return static_cast<Attr>(load_be16(p.payload.data() + 16));
 }
 
 }  // namespace softverbs::wire::cm

@@ -13,11 +13,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <variant>
 
 #include "wire/icrc.hpp"
+#include "wire/packet.hpp"
 
 namespace softverbs::wire::cm {
 
@@ -336,5 +338,13 @@ inline constexpr std::size_t kGmpPacketSize = 12 + 8 + kMadSize + 4;
 // flow is null). Returns kGmpPacketSize, or 0 when `out` is too small.
 std::size_t build_gmp(std::span<const std::uint8_t, kMadSize> mad, std::uint32_t psn, std::span<std::uint8_t> out,
                       const IcrcFlow* flow) noexcept;
+
+// The CM message a parsed packet carries, for those that look at traffic
+// without decoding it (the fault rules' `cm` key): the MAD's AttributeID when
+// the packet is a UD SEND ONLY to QP1 whose payload starts with a MAD header of
+// the CM management class; nothing for any other packet. Only the 24-byte
+// header is read, and only its class is checked, so a MAD decode() refuses
+// (another class version, a short MAD) is still seen for what it claims to be.
+std::optional<Attr> cm_attribute(const PacketView& p) noexcept;
 
 }  // namespace softverbs::wire::cm

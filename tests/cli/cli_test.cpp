@@ -225,10 +225,16 @@ errno = "ENOMEM"
 at_ms = 100
 action = "port_down"
 duration_ms = 50
+[[rule]]
+name = "lose-rep"
+cm = "rep"
+direction = "tx"
+count = 1
+action = "drop"
 )",
                                      0, &s, &error))
       << error;
-  ASSERT_EQ(s.rules.size(), 3u);
+  ASSERT_EQ(s.rules.size(), 4u);
   EXPECT_EQ(tools::describe_rule(s.rules[0]),
             "rule nak-3: on packets of device emu1, received (rx), class send, on match number 3: nak with syndrome 0x60");
   EXPECT_EQ(tools::describe_rule(s.rules[1]),
@@ -237,6 +243,9 @@ duration_ms = 50
   EXPECT_EQ(tools::describe_rule(s.rules[2]),
             "rule rule3: on a timer, 100 ms after loading, for any device, once: port_down on port 1, up again after "
             "50 ms");
+  EXPECT_EQ(tools::describe_rule(s.rules[3]),
+            "rule lose-rep: on packets of any device, sent (tx), CM REP MADs (UD SEND ONLY to QP 1, class 0x07), at "
+            "most 1 times: drop");
 }
 
 TEST(Cli, RocePortsFromProcNetUdp) {

@@ -24,7 +24,9 @@ TEST_F(Scenario, AcceptsEveryAction) {
           "[[rule]]\nopcode = \"RC_SEND_ONLY\"\nnth = 2\naction = \"corrupt\"\n"
           "[[rule]]\ndirection = \"tx\"\ndevice = \"fa\"\nqpn = 0x123\npsn = [1, 9]\naction = \"delay\"\ndelay_ms = 1\n"
           "[[rule]]\ncount = 4\naction = \"reorder\"\n"
-          "[[rule]]\ndirection = \"rx\"\nclass = \"send\"\naction = \"nak\"\nsyndrome = \"remote_access_error\"\n"),
+          "[[rule]]\ndirection = \"rx\"\nclass = \"send\"\naction = \"nak\"\nsyndrome = \"remote_access_error\"\n"
+          "[[rule]]\ncm = \"REQ\"\nnth = 1\naction = \"drop\"\n"
+          "[[rule]]\ncm = \"sidr_rep\"\naction = \"delay\"\ndelay_ms = 2\n"),
       0)
       << err_;
   EXPECT_EQ(softverbs_fault_hits("d"), 0u);
@@ -92,6 +94,7 @@ TEST_F(Scenario, RejectsMalformedScenariosWithAReason) {
       {"[[rule]]\naction = \"drop\"\nprobability = 2\n", "probability"},
       {"[[rule]]\naction = \"drop\"\nopcode = \"RC_NOPE\"\n", "unknown opcode"},
       {"[[rule]]\naction = \"drop\"\nclass = \"bogus\"\n", "unknown class"},
+      {"[[rule]]\naction = \"drop\"\ncm = \"LAP\"\n", "cm must name a CM message"},
       {"[[rule]]\naction = \"drop\"\nqpn = 0x1000000\n", "qpn"},
       {"[[rule]]\naction = \"drop\"\npsn = [1]\n", "psn"},
       {"[[rule]]\naction = \"delay\"\n", "delay_ms"},

@@ -138,8 +138,7 @@ void write_capture(const std::string& path) {
   std::uint32_t psn = 0;
   for (const Sample& s : samples()) {
     const Attr a = attr_of(s.msg);
-    const bool reply = a == Attr::kMra || a == Attr::kRej || a == Attr::kRep || a == Attr::kDrep ||
-                       a == Attr::kSidrRep;
+    const bool reply = a == Attr::kMra || a == Attr::kRej || a == Attr::kRep || a == Attr::kDrep || a == Attr::kSidrRep;
     Ipv4Flow flow;
     flow.saddr = reply ? std::array<std::uint8_t, 4>{10, 0, 0, 2} : std::array<std::uint8_t, 4>{10, 0, 0, 1};
     flow.daddr = reply ? std::array<std::uint8_t, 4>{10, 0, 0, 1} : std::array<std::uint8_t, 4>{10, 0, 0, 2};
@@ -179,17 +178,39 @@ std::vector<std::vector<std::string>> frames_of(const std::string& out) {
 // packet rate from data byte 88, not the top 20 bits of 88-91 and the low 6
 // bits of 91 that IBTA Table 106 gives (tests/unit/cm_mad_test.cpp checks those).
 const std::vector<std::vector<std::string>> kExpected = {
-    {"CM ConnectRequest", "Attribute ID: 0x0010", "Local Communication ID: 0x1a2b3c4d", "IP CM ServiceID",
-     "Prefix: 0000000001", "Protocol: 0x06", "Destination Port: 0x1d2f", "Local CA GUID: 0x0002c9fffe000001",
-     "Local QPN: 0x000123", "Responder Resources: 0x04", "Initiator Depth: 0x03",
-     "1010 0... = Remote CM Response Timeout: 0x14", ".... .00. = Transport Service Type: 0x0",
-     "Starting PSN: 0x0abcde", "1010 0... = Local CM Response Timeout: 0x14", ".... .111 = Retry Count: 0x7",
-     "Partition Key: 0xffff", "0011 .... = Path Packet Payload MTU: 0x3", ".... .110 = RNR Retry Count: 0x6",
-     "1111 .... = Max CM Retries: 0xf", "Primary Local Port LID: 65535", "Primary Local Port GID: 10.0.0.1",
-     "Primary Remote Port GID: 10.0.0.2", "Primary Traffic Class: 0x28", "Primary Hop Limit: 0x40",
-     "0101 .... = Primary SL: 0x5", ".... 1... = Primary Subnet Local: 0x1",
-     "1001 1... = Primary Local ACK Timeout: 0x13", "Alternate Local Port LID: 0", "IP CM Private Data",
-     "0100 .... = IP CM IP Version: 0x4", "IP CM Source Port: 0xb26e", "IP CM Source IP: 10.0.0.1",
+    {"CM ConnectRequest",
+     "Attribute ID: 0x0010",
+     "Local Communication ID: 0x1a2b3c4d",
+     "IP CM ServiceID",
+     "Prefix: 0000000001",
+     "Protocol: 0x06",
+     "Destination Port: 0x1d2f",
+     "Local CA GUID: 0x0002c9fffe000001",
+     "Local QPN: 0x000123",
+     "Responder Resources: 0x04",
+     "Initiator Depth: 0x03",
+     "1010 0... = Remote CM Response Timeout: 0x14",
+     ".... .00. = Transport Service Type: 0x0",
+     "Starting PSN: 0x0abcde",
+     "1010 0... = Local CM Response Timeout: 0x14",
+     ".... .111 = Retry Count: 0x7",
+     "Partition Key: 0xffff",
+     "0011 .... = Path Packet Payload MTU: 0x3",
+     ".... .110 = RNR Retry Count: 0x6",
+     "1111 .... = Max CM Retries: 0xf",
+     "Primary Local Port LID: 65535",
+     "Primary Local Port GID: 10.0.0.1",
+     "Primary Remote Port GID: 10.0.0.2",
+     "Primary Traffic Class: 0x28",
+     "Primary Hop Limit: 0x40",
+     "0101 .... = Primary SL: 0x5",
+     ".... 1... = Primary Subnet Local: 0x1",
+     "1001 1... = Primary Local ACK Timeout: 0x13",
+     "Alternate Local Port LID: 0",
+     "IP CM Private Data",
+     "0100 .... = IP CM IP Version: 0x4",
+     "IP CM Source Port: 0xb26e",
+     "IP CM Source IP: 10.0.0.1",
      "IP CM Destination IP: 10.0.0.2"},
     {"CM MsgRcptAck (Dissector Not Implemented)", "Attribute ID: 0x0011",
      "MAD Data Payload: 5e6f70811a2b3c4d00c0000000"},

@@ -3,6 +3,8 @@
 // here by hand, not taken from the encoder), round trips at the largest values,
 // a decoder that takes any bytes, rdma_cm's private-data header and service
 // IDs, and the GMP packet that carries a MAD.
+#include "wire/cm_mad.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "wire/cm_mad.hpp"
 #include "wire/headers.hpp"
 #include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
 namespace softverbs::wire::cm {
@@ -153,9 +155,9 @@ Req sample_req() {
 
 TEST(CmMadLayout, Req) {
   Mad e = expected_header(0x0010);
-  put(e, D + 0, {0x11, 0x22, 0x33, 0x44});                          // Local Communication ID
-  put(e, D + 4, {0x00, 0xAB, 0xCD, 0xEF});                          // reserved, VendorID
-  put(e, D + 8, {0x00, 0x00, 0x00, 0x00, 0x01, 0x06, 0x1D, 0x2F});  // ServiceID
+  put(e, D + 0, {0x11, 0x22, 0x33, 0x44});                           // Local Communication ID
+  put(e, D + 4, {0x00, 0xAB, 0xCD, 0xEF});                           // reserved, VendorID
+  put(e, D + 8, {0x00, 0x00, 0x00, 0x00, 0x01, 0x06, 0x1D, 0x2F});   // ServiceID
   put(e, D + 16, {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08});  // Local CA GUID
   put(e, D + 24, {0x00, 0x00, 0x00, 0x00});                          // reserved
   put(e, D + 28, {0xDE, 0xAD, 0xBE, 0xEF});                          // Local Q_Key
@@ -166,17 +168,17 @@ TEST(CmMadLayout, Req) {
   put(e, D + 40, {0x0A, 0x0B, 0x0C, 0b1010'0011});
   // Starting PSN; byte 47: LocalCMResponseTimeout 21 (10101) bits 7-3, RetryCount 6.
   put(e, D + 44, {0xAB, 0xCD, 0xE1, 0b1010'1110});
-  put(e, D + 48, {0x80, 0x01});  // P_Key
-  put(e, D + 50, {0b0011'1111});  // PathMTU 3 | RDCExists | RNRRetryCount 7
-  put(e, D + 51, {0b1111'1101});  // MaxCMRetries 15 | SRQ | ExtendedTransportType 5
+  put(e, D + 48, {0x80, 0x01});              // P_Key
+  put(e, D + 50, {0b0011'1111});             // PathMTU 3 | RDCExists | RNRRetryCount 7
+  put(e, D + 51, {0b1111'1101});             // MaxCMRetries 15 | SRQ | ExtendedTransportType 5
   put(e, D + 52, {0xFF, 0xFF, 0x12, 0x34});  // primary LIDs
   put(e, D + 56, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1});
   put(e, D + 72, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2});
   // FlowLabel 0xABCDE in the top 20 bits of 88-91, PacketRate 0x2A in the low 6.
   put(e, D + 88, {0xAB, 0xCD, 0xE0, 0x2A});
-  put(e, D + 92, {0x28, 64});      // TrafficClass, HopLimit
-  put(e, D + 94, {0b1100'1000});   // SL 12 | SubnetLocal
-  put(e, D + 95, {0b1001'1000});   // LocalAckTimeout 19
+  put(e, D + 92, {0x28, 64});                // TrafficClass, HopLimit
+  put(e, D + 94, {0b1100'1000});             // SL 12 | SubnetLocal
+  put(e, D + 95, {0b1001'1000});             // LocalAckTimeout 19
   put(e, D + 96, {0x01, 0x02, 0x03, 0x04});  // alternate LIDs
   put_counting<16>(e, D + 100, 0x40);
   put_counting<16>(e, D + 116, 0x60);
@@ -392,8 +394,8 @@ std::vector<std::pair<Message, Message>> max_messages() {
   am.service_timeout = 0x1F;
   v.emplace_back(a, am);
 
-  Rej j{0xFFFFFFFF, 0xFFFFFFFF, static_cast<MsgKind>(0xFF), 0xFF, static_cast<RejReason>(0xFFFF), ones<kRejAriSize>(),
-        ones<kRejPrivate>()};
+  Rej j{0xFFFFFFFF,          0xFFFFFFFF,         static_cast<MsgKind>(0xFF), 0xFF, static_cast<RejReason>(0xFFFF),
+        ones<kRejAriSize>(), ones<kRejPrivate>()};
   Rej jm = j;
   jm.message_rejected = static_cast<MsgKind>(3);
   jm.rejected_info_length = 0x7F;
@@ -423,8 +425,8 @@ std::vector<std::pair<Message, Message>> max_messages() {
   v.emplace_back(dp, dp);
   SidrReq sq{0xFFFFFFFF, 0xFFFF, ~0ull, ones<kSidrReqPrivate>()};
   v.emplace_back(sq, sq);
-  SidrRep sp{0xFFFFFFFF, static_cast<SidrStatus>(0xFF), 0xFF, 0xFFFFFFFF, ~0ull, 0xFFFFFFFF, ones<72>(),
-             ones<kSidrRepPrivate>()};
+  SidrRep sp{0xFFFFFFFF, static_cast<SidrStatus>(0xFF), 0xFF, 0xFFFFFFFF, ~0ull, 0xFFFFFFFF,
+             ones<72>(), ones<kSidrRepPrivate>()};
   SidrRep spm = sp;
   spm.qpn = 0xFFFFFF;
   v.emplace_back(sp, spm);
@@ -502,13 +504,13 @@ TEST(CmMadDecode, EveryErrorIsReachable) {
     std::uint8_t value;
     MadError want;
   } cases[] = {
-      {0, 2, MadError::bad_base_version},  {1, 0x81, MadError::not_cm_class},
-      {1, 0x01, MadError::not_cm_class},   {2, 1, MadError::bad_class_version},
-      {3, 0x83, MadError::bad_method},     {3, 0x01, MadError::bad_method},
+      {0, 2, MadError::bad_base_version},      {1, 0x81, MadError::not_cm_class},
+      {1, 0x01, MadError::not_cm_class},       {2, 1, MadError::bad_class_version},
+      {3, 0x83, MadError::bad_method},         {3, 0x01, MadError::bad_method},
       {17, 0x01, MadError::unknown_attribute},  // ClassPortInfo
       {17, 0x19, MadError::unknown_attribute},  // LAP
       {17, 0x1A, MadError::unknown_attribute},  // APR
-      {17, 0x00, MadError::unknown_attribute},  {16, 0x10, MadError::unknown_attribute},
+      {17, 0x00, MadError::unknown_attribute}, {16, 0x10, MadError::unknown_attribute},
   };
   for (const Case& c : cases) {
     Mad bad = good;
@@ -659,6 +661,36 @@ TEST(Gmp, ParsesAsUdSendOnlyFromQp1ToQp1) {
   ASSERT_EQ(build_gmp(mad, 5, out, nullptr), kGmpPacketSize);
   EXPECT_EQ(load_icrc(out.data() + kGmpPacketSize - 4), 0u);
   EXPECT_EQ(build_gmp(mad, 5, std::span(out).first(kGmpPacketSize - 1), &f), 0u);
+}
+
+// cm_attribute() names the CM message of a GMP from its MAD header alone.
+TEST(Gmp, CmAttributeOfAPacket) {
+  const Mad mad = encoded(MadHeader{}, Drep{});
+  std::array<std::uint8_t, kGmpPacketSize> out{};
+  ASSERT_EQ(build_gmp(mad, 0, out, nullptr), kGmpPacketSize);
+  PacketView v;
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  EXPECT_EQ(cm_attribute(v), Attr::kDrep);
+  // Another class version is still a CM MAD; another class or QP is not.
+  Mad other = mad;
+  other[2] = 1;
+  ASSERT_EQ(build_gmp(other, 0, out, nullptr), kGmpPacketSize);
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  EXPECT_EQ(cm_attribute(v), Attr::kDrep);
+  other[1] = 0x03;  // subnet administration
+  ASSERT_EQ(build_gmp(other, 0, out, nullptr), kGmpPacketSize);
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
+  ASSERT_EQ(build_gmp(mad, 0, out, nullptr), kGmpPacketSize);
+  ASSERT_EQ(parse(out, v), ParseError::ok);
+  v.bth.dest_qp = 2;
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
+  v.bth.dest_qp = 1;
+  v.bth.opcode = opcode::rc_send_only;
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
+  v.bth.opcode = opcode::ud_send_only;
+  v.payload = v.payload.first(kMadHeaderSize - 1);
+  EXPECT_EQ(cm_attribute(v), std::nullopt);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // The fault engine (faults/engine.hpp) on a manual clock and a scheduler queue
-// the test runs: timed rules, clear(), seeded decisions, hit counts.
+// the test runs: timed rules, clear(), seeded decisions, hit counts, rules on
+// CM MADs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -11,6 +13,7 @@
 #include "core/clock.hpp"
 #include "tests/unit/fake_time.hpp"
 #include "faults/engine.hpp"
+#include "wire/cm_mad.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
@@ -174,6 +177,96 @@ TEST_F(FaultEngineTest, VerbRulesAndTheirListeners) {
   EXPECT_EQ(d.qpn, 0x11u);
   e.clear();
   EXPECT_EQ(changes, (std::vector<bool>{true, false}));
+}
+
+// GMPs, one per CM message, each a whole parsed packet (the view points into
+// `storage`).
+struct Gmps {
+  std::vector<std::array<uint8_t, wire::cm::kGmpPacketSize>> storage;
+  std::vector<wire::PacketView> views;
+  explicit Gmps(const std::vector<wire::cm::Message>& msgs) : storage(msgs.size()) {
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      std::array<uint8_t, wire::cm::kMadSize> mad{};
+      wire::cm::encode(wire::cm::MadHeader{}, msgs[i], mad);
+      EXPECT_EQ(wire::cm::build_gmp(mad, static_cast<uint32_t>(i), storage[i], nullptr), wire::cm::kGmpPacketSize);
+      wire::PacketView v;
+      EXPECT_EQ(wire::parse(storage[i], v), wire::ParseError::ok);
+      views.push_back(v);
+    }
+  }
+};
+
+TEST_F(FaultEngineTest, CmRulesMatchTheirMessageOnly) {
+  namespace cm = wire::cm;
+  const Gmps gmps({cm::Req{}, cm::Mra{}, cm::Rej{}, cm::Rep{}, cm::Rtu{}, cm::Dreq{}, cm::Drep{}, cm::SidrReq{},
+                   cm::SidrRep{}});
+  const char* names[] = {"REQ", "mra", "Rej", "rep", "RTU", "dreq", "DREP", "sidr_req", "SIDR_REP"};
+  for (size_t want = 0; want < gmps.views.size(); ++want) {
+    FaultEngine e(clock, scheduler);
+    load(e, ("[[rule]]\ncm = \"" + std::string(names[want]) + "\"\naction = \"drop\"\n").c_str());
+    for (size_t i = 0; i < gmps.views.size(); ++i) {
+      const FaultDecision d = e.decide(PacketFacts{Direction::rx, "emu0", &gmps.views[i]});
+      EXPECT_EQ(d.fired, i == want) << names[want] << " against message " << i;
+      if (d.fired) {
+        EXPECT_EQ(d.action, FaultAction::drop);
+      }
+    }
+    // Not a GMP: an RC SEND to QP 1, and the REQ's MAD sent to QP 2 or as another class.
+    wire::PacketView rc = send_packet(0);
+    rc.bth.dest_qp = 1;
+    rc.payload = gmps.views[want].payload;
+    EXPECT_FALSE(e.decide(PacketFacts{Direction::tx, "emu0", &rc}).fired);
+    wire::PacketView qp2 = gmps.views[want];
+    qp2.bth.dest_qp = 2;
+    EXPECT_FALSE(e.decide(PacketFacts{Direction::tx, "emu0", &qp2}).fired);
+  }
+  // Another management class in the same packet is not a CM MAD.
+  std::array<uint8_t, wire::cm::kGmpPacketSize> sa = Gmps({cm::Rtu{}}).storage[0];
+  sa[12 + 8 + 1] = 0x03;  // BTH, DETH, then MgmtClass
+  wire::PacketView v;
+  ASSERT_EQ(wire::parse(sa, v), wire::ParseError::ok);
+  FaultEngine e(clock, scheduler);
+  load(e, "[[rule]]\ncm = \"RTU\"\naction = \"duplicate\"\n");
+  EXPECT_FALSE(e.decide(PacketFacts{Direction::rx, "emu0", &v}).fired);
+  EXPECT_TRUE(e.decide(PacketFacts{Direction::rx, "emu0", &gmps.views[4]}).fired);
+}
+
+TEST_F(FaultEngineTest, CmRulesCombineWithTheOtherKeys) {
+  const Gmps gmps({wire::cm::Req{}, wire::cm::Rep{}});
+  FaultEngine e(clock, scheduler);
+  load(e,
+       "[[rule]]\nname = \"second-req\"\ncm = \"req\"\ndirection = \"tx\"\nnth = 2\naction = \"delay\"\n"
+       "delay_ms = 5\n");
+  const PacketFacts tx{Direction::tx, "emu0", &gmps.views[0]};
+  EXPECT_FALSE(e.decide(PacketFacts{Direction::rx, "emu0", &gmps.views[0]}).fired);  // rx: not counted
+  EXPECT_FALSE(e.decide(PacketFacts{Direction::tx, "emu0", &gmps.views[1]}).fired);  // a REP
+  EXPECT_FALSE(e.decide(tx).fired);                                                  // the first REQ
+  const FaultDecision d = e.decide(tx);
+  ASSERT_TRUE(d.fired);
+  EXPECT_EQ(d.action, FaultAction::delay);
+  EXPECT_EQ(d.delay_us, 5000u);
+  EXPECT_EQ(e.hits("second-req"), 1u);
+}
+
+TEST_F(FaultEngineTest, CmKeyErrors) {
+  struct Case {
+    const char* text;
+    const char* reason;
+  } cases[] = {
+      {"[[rule]]\ncm = \"LAP\"\naction = \"drop\"\n",
+       "rule 1: cm must name a CM message (REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDR_REQ, SIDR_REP), not 'LAP'"},
+      {"[[rule]]\ncm = 16\naction = \"drop\"\n", "cm must name a CM message"},
+      {"[[rule]]\ncm = \"\"\naction = \"drop\"\n", "not ''"},
+      {"[[rule]]\ncm = \"REQ\"\ndirection = \"rx\"\naction = \"nak\"\n", "action nak does not apply to CM MADs"},
+      {"[[rule]]\nverb = \"post_send\"\ncm = \"REQ\"\naction = \"qp_error\"\n", "'cm' does not apply to a verb rule"},
+      {"[[rule]]\nat_ms = 1\ncm = \"REQ\"\naction = \"port_down\"\n", "'cm' does not apply to a timed rule"},
+  };
+  for (const Case& c : cases) {
+    FaultEngine e(clock, scheduler);
+    std::string error;
+    EXPECT_FALSE(e.load(c.text, &error)) << c.text;
+    EXPECT_NE(error.find(c.reason), std::string::npos) << c.text << " -> " << error;
+  }
 }
 
 }  // namespace
