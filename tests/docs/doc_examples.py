@@ -6,6 +6,9 @@ What counts as a command example (found by `inventory`, in every page, also page
 added later):
   - a fenced block tagged sh, bash, shell, console or zsh (in a `console` block only
     the lines that start with "$ " are commands);
+  - a fenced block tagged cmake: a user's CMakeLists.txt. A test runs it as a project
+    of its own (PROJECT_HEAD, then the block; the test's `files` beside it) against
+    the prefix of the test's `cmake_prefix`: configure, build, then its ctest;
   - an untagged fenced block whose first line looks like a command: an error, tag it;
   - an inline `code span` that starts with a command (after VAR=value assignments):
     a path under ./, build/bin/, scripts/ or benchmarks/ with arguments, or one of
@@ -64,6 +67,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 SHELL_LANGS = ("sh", "bash", "shell", "console", "zsh")
+PROJECT_LANGS = ("cmake",)
 COMMAND_WORDS = ("cmake", "ctest", "cpack", "tshark", "rdma", "perf", "valgrind", "pkg-config", "cc", "c++", "gcc",
                  "eval", "sudo", "apt", "apt-get", "python3", "dpkg")
 COMMAND_PATHS = ("./", "build/bin/", "scripts/", "benchmarks/")
@@ -82,6 +86,7 @@ class Test:
     skip_lines: dict = field(default_factory=dict)  # substring of a line -> why it is not run
     stubs: dict = field(default_factory=dict)   # scripts/NAME -> the script's replacement text
     env: dict = field(default_factory=dict)     # extra environment ({build} = the build tree)
+    cmake_prefix: str = ""          # CMAKE_PREFIX_PATH of the cmake blocks' projects
 
 
 # The perftest / pingpong programs that act as a server when given no address.
@@ -135,6 +140,23 @@ TESTS = {
         subst=[("/opt/softverbs", "$PWD/opt/softverbs", "a temporary prefix instead of /opt (no root)")],
         after=["test -x opt/softverbs/bin/softverbs", "test -x counters"],
         expect=[r"^\d+\.\d+\.\d+$"]),
+    # The CMake projects of docs/install.md and docs/testing-your-code.md, each built
+    # on its own against a fresh install, with the sources tests/package/consumer has.
+    "install_cmake_projects": Test(
+        examples=[("docs/install.md", "cmake --install build --prefix /opt/softverbs"),
+                  ("docs/install.md",
+                   "find_package(softverbs CONFIG REQUIRED)      # -DCMAKE_PREFIX_PATH=/opt/softverbs if not under /usr"),
+                  ("docs/testing-your-code.md",
+                   "find_package(softverbs CONFIG REQUIRED)   # -DCMAKE_PREFIX_PATH=/opt/softverbs if not under /usr")],
+        timeout=240,
+        files={"devcheck.c": "src:tests/package/consumer/devcheck.c",
+               "counters.c": "src:tests/package/consumer/counters.c",
+               "fail-recv.toml": "src:tests/package/consumer/fail-recv.toml",
+               "rdma_write_test.cpp": ("docs/testing-your-code.md",
+                                       "// An RDMA WRITE between two emulated devices, and the same WRITE on a network")},
+        subst=[("/opt/softverbs", "$PWD/opt/softverbs", "a temporary prefix instead of /opt (no root)")],
+        cmake_prefix="$PWD/opt/softverbs",
+        expect=[r"100% tests passed, 0 tests failed out of 2\b", r"100% tests passed, 0 tests failed out of 1\b"]),
     # docs/testing-your-code.md: the example, compiled without installing, and run.
     "testing_your_code_build_tree": Test(
         examples=[("docs/testing-your-code.md", "c++ -std=c++17 -I include rdma_write_test.cpp -o rdma_write_test \\")],
@@ -193,6 +215,8 @@ NOT_RUN = {
         "a full sanitizer build of the tree (minutes)",
     ("README.md", "build/bin/softverbs run --"):
         "a prefix, not a command; test readme_run runs it with programs",
+    ("README.md", "find_package(softverbs CONFIG REQUIRED)"):
+        "an excerpt of docs/install.md's block (no devcheck target), which test install_cmake_projects builds",
     ("README.md", "cpack -G DEB"):
         "package.install_and_consume builds and checks the .deb",
     ("docs/configuration.md", "softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--] CMD [ARGS...]"):
@@ -294,7 +318,7 @@ def parse_page(root, page):
                 j += 1
             first = next((b.strip() for b in body if b.strip()), "")
             blocks.setdefault(first, "\n".join(body) + "\n")
-            if lang in SHELL_LANGS:
+            if lang in SHELL_LANGS or lang in PROJECT_LANGS:
                 if lang == "console":
                     cmds = [b.strip()[2:] for b in body if b.strip().startswith("$ ")]
                     text, key = "\n".join(cmds) + "\n", (cmds[0] if cmds else "")
@@ -409,14 +433,36 @@ def join_continuations(text):
     return out
 
 
+# What a user's CMakeLists.txt has above the lines the docs show.
+PROJECT_HEAD = "cmake_minimum_required(VERSION 3.25)\nproject(docs_example C CXX)\n"
+
+
+def project_script(ex, t, number):
+    """Shell lines that build and test a cmake block as a project of its own."""
+    d = f"project{number}"
+    files = " ".join(sh_quote(f) for f in t.files)
+    return [f"echo {sh_quote(f'docs: == {ex.page}:{ex.line}: the project {d}/')}",
+            f"mkdir {d}" + (f" && cp {files} {d}/" if files else ""),
+            f"printf '%s' {sh_quote(PROJECT_HEAD + ex.text)} > {d}/CMakeLists.txt",
+            f"cmake -S {d} -B {d}/build -G Ninja -DCMAKE_PREFIX_PATH={t.cmake_prefix} > {d}/configure.log 2>&1 || "
+            f"{{ cat {d}/configure.log; exit 1; }}",
+            f"cmake --build {d}/build > {d}/build.log 2>&1 || {{ cat {d}/build.log; exit 1; }}",
+            f"ctest --test-dir {d}/build --output-on-failure"]
+
+
 def build_script(name, t, root):
     examples, blocks, _ = scan(root)
     parts = ["set -euo pipefail", PRELUDE]
+    projects = 0
     for line in t.setup:
         parts.append(f"echo {sh_quote('docs: setup: ' + line)}")
         parts.append(pair_line(line) if t.pairs and is_pair_line(line) else line)
     for page, key in t.examples:
         ex = find_example(examples, page, key)
+        if ex.lang in PROJECT_LANGS:
+            projects += 1
+            parts += project_script(ex, t, projects)
+            continue
         text = ex.text
         for old, new, _why in t.subst:
             text = text.replace(old, new)
