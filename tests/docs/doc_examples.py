@@ -64,6 +64,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 SHELL_LANGS = ("sh", "bash", "shell", "console", "zsh")
@@ -76,7 +77,8 @@ COMMAND_PATHS = ("./", "build/bin/", "scripts/", "benchmarks/")
 @dataclass
 class Test:
     examples: list                  # (page, first line) of each example, run in this order
-    timeout: int = 60               # seconds for the whole test (ctest's TIMEOUT is a little more)
+    timeout: int = 60               # seconds for the whole test, repeated runs included (ctest's TIMEOUT
+                                    # is a little more)
     files: dict = field(default_factory=dict)   # work file -> (page, first line of a block) or "src:PATH"
     setup: list = field(default_factory=list)   # shell lines run before the examples
     subst: list = field(default_factory=list)   # (old, new, why): applied to the examples' text
@@ -524,42 +526,58 @@ def prepare_work(work, t, root, build):
             f.write(text)
 
 
-def run_test(name, root, build):
-    t = TESTS[name]
-    root, build = os.path.realpath(root), os.path.realpath(build)
+# perftest times the host's CPU clock before it reports, and gives up when a loaded
+# machine makes that timing too noisy; the peer then loses its final exchange. Nothing
+# about softverbs: such a run is repeated (tests/clients/program_pair.hpp does the same).
+HOST_CLOCK_UNMEASURED = (r"Can't produce a report", r"Correlation coefficient r\^2")
+RUNS = 3
+
+
+def run_once(name, t, root, build, deadline):
+    """(passed, retry, output) of one run in a fresh work directory."""
     work = tempfile.mkdtemp(prefix=f"sv-docs-{name}-")
     try:
         prepare_work(work, t, root, build)
-        script = build_script(name, t, root)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SOFTVERBS_")}
         env.update({k: v.replace("{build}", build) for k, v in t.env.items()})
-        proc = subprocess.Popen(["bash", "-c", script], cwd=work, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(["bash", "-c", build_script(name, t, root)], cwd=work, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         try:
-            out, _ = proc.communicate(timeout=t.timeout)
+            out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-            print(out)
-            print(f"FAIL: docs.example.{name}: not done after {t.timeout} s")
-            return 1
+            return False, False, out + f"\nFAIL: docs.example.{name}: not done after {t.timeout} s"
         # Nothing the script started may outlive it (a server whose client failed).
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        print(out)
         if proc.returncode != 0:
-            print(f"FAIL: docs.example.{name}: exit status {proc.returncode}")
-            return 1
+            retry = all(re.search(r, out) for r in HOST_CLOCK_UNMEASURED)
+            return False, retry, out + f"\nFAIL: docs.example.{name}: exit status {proc.returncode}"
         missing = [e for e in t.expect if not re.search(e, out, re.M)]
         if missing:
-            print(f"FAIL: docs.example.{name}: the output does not match {missing}")
-            return 1
-        print(f"docs.example.{name}: passed")
-        return 0
+            return False, False, out + f"\nFAIL: docs.example.{name}: the output does not match {missing}"
+        return True, False, out + f"\ndocs.example.{name}: passed"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_test(name, root, build):
+    t = TESTS[name]
+    root, build = os.path.realpath(root), os.path.realpath(build)
+    deadline = time.monotonic() + t.timeout
+    for run in range(1, RUNS + 1):
+        passed, retry, out = run_once(name, t, root, build, deadline)
+        print(out)
+        if passed:
+            return 0
+        if not retry or run == RUNS:
+            return 1
+        print(f"docs: perftest could not time the host's clock (run {run} of at most {RUNS}); again")
+    return 1
 
 
 def print_table(root):
