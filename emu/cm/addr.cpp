@@ -144,6 +144,7 @@ void EmuCm::ensure_devices() {
       cd->device = d;
       devices_.push_back(std::move(cd));
       d->set_gsi_agent(this);
+      d->start_progress();  // MADs may arrive at any time from now on
     }
   });
 }
