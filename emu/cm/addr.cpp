@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/log.hpp"
 #include "emu/cm/cm.hpp"
 #include "emu/device/host.hpp"
 #include "emu/objects/objects.hpp"
@@ -199,7 +200,7 @@ bool EmuCm::port_in_use(const Id* self, const sockaddr* addr, uint16_t port) con
   in_addr mine{};
   bool mine_v4 = v4_of(addr, &mine);
   for (auto& [pub, other] : ids_) {
-    if (other == self || other->port != port || other->pub.ps != self->pub.ps) continue;
+    if (other == self || !other->owns_port || other->port != port || other->pub.ps != self->pub.ps) continue;
     if (other->state == IdState::kIdle || other->state == IdState::kDestroying) continue;
     if (self->reuse_addr && other->reuse_addr && other->state != IdState::kListen) continue;
     in_addr theirs{};
@@ -241,12 +242,14 @@ int EmuCm::bind_locked(Id* id, const sockaddr* addr) {
     port = ephemeral_port(id, addr);
     if (port == 0) return fail(EADDRNOTAVAIL);
   } else if (port_in_use(id, addr, port)) {
+    SV_LOG(kDebug, "cm: bind to port %u (port space 0x%x): in use", port, static_cast<unsigned>(id->pub.ps));
     return fail(EADDRINUSE);
   }
   set_port(reinterpret_cast<sockaddr*>(&src), port);
   if (dev && attach_device(id, dev) != 0) return -1;
   std::memcpy(&id->pub.route.addr.src_storage, &src, sizeof src);
   id->port = port;
+  id->owns_port = true;
   id->state = IdState::kAddrBound;
   return 0;
 }

@@ -42,13 +42,22 @@ Channel* EmuCm::new_channel() {
   return ch;
 }
 
+// A thread may be blocked reading the channel while another destroys it. With
+// the kernel's rdma_cm that read keeps waiting (the file stays open under it),
+// so here the writing end stays open until that reader is gone, and the
+// reader, which then never wakes, does not see a spurious end of file.
 void EmuCm::free_channel(Channel* ch) {
   channels_.erase(ch);
   for (Event* ev : ch->queue) {
     events_.erase(ev);
     delete ev;
   }
+  ch->queue.clear();
   close(ch->pub.fd);
+  if (ch->readers > 0) {
+    ch->destroyed = true;
+    return;
+  }
   close(ch->write_fd);
   delete ch;
 }
@@ -119,20 +128,32 @@ std::vector<Id*> EmuCm::drop_queued_events(Id* id) {
 int EmuCm::get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (!event) return fail(EINVAL);
   auto* ch = reinterpret_cast<Channel*>(channel);
+  int fd;
   {
     Lock lock(mu_);
     if (!channels_.count(ch)) return fail(EINVAL);
+    fd = ch->pub.fd;
   }
   for (;;) {
+    {
+      Lock lock(mu_);
+      ch->readers++;
+    }
     char b;
-    ssize_t n = read(channel->fd, &b, 1);  // blocks unless the application set O_NONBLOCK
+    ssize_t n = read(fd, &b, 1);  // blocks unless the application set O_NONBLOCK
+    int err = errno;
+    Lock lock(mu_);
+    if (--ch->readers == 0 && ch->destroyed) {
+      close(ch->write_fd);
+      delete ch;
+      return fail(EBADF);
+    }
+    if (!channels_.count(ch)) return fail(EBADF);
     if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;
+      if (err == EINTR) continue;
+      return fail(err);
     }
     if (n == 0) return fail(ENODATA);
-    Lock lock(mu_);
-    if (!channels_.count(ch)) return fail(EINVAL);
     if (ch->queue.empty()) continue;
     Event* ev = ch->queue.front();
     ch->queue.pop_front();

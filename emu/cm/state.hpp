@@ -71,6 +71,8 @@ struct Channel {
   int write_fd = -1;          // the other end of pub.fd (a socket pair)
   std::deque<Event*> queue;   // guarded by the CM's lock
   bool owned_by_id = false;   // the private channel of a synchronous id
+  int readers = 0;            // threads inside rdma_get_cm_event on it
+  bool destroyed = false;     // destroyed while a reader waits: freed by the last one
 };
 
 // A device as the CM uses it: the verbs context every id on it shares
@@ -90,6 +92,7 @@ struct Id {
 
   // Addressing (pub.route.addr holds the addresses the application reads).
   uint16_t port = 0;        // bound port, host order (0: none yet)
+  bool owns_port = false;   // bound by rdma_bind_addr (a request's id shares its listener's)
   bool reuse_addr = false;  // RDMA_OPTION_ID_REUSEADDR
   int afonly = -1;          // RDMA_OPTION_ID_AFONLY (-1: not set)
   std::optional<uint8_t> tos;          // RDMA_OPTION_ID_TOS
