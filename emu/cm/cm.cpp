@@ -488,19 +488,27 @@ ibv_context** EmuCm::get_devices(int* num_devices) {
 void EmuCm::free_devices(ibv_context** list) { free(list); }
 
 // ---------------------------------------------------------------------------
-// ECE: emulated devices have no vendor options (ibv_query_ece answers
-// EOPNOTSUPP), so librdmacm's ECE exchange has nothing to carry.
+// ECE (librdmacm 44's rules): an application without a QP on the id offers
+// vendor options; they travel in the REQ's or REP's vendor ID and attribute
+// modifier, and the peer reads what came. Emulated QPs have no vendor options
+// (ibv_query_ece answers EOPNOTSUPP), so nothing is applied to them.
 
 int EmuCm::set_local_ece(rdma_cm_id* pub, ibv_ece* ece) {
   Lock lock(mu_);
-  if (!find_id(pub) || !ece) return fail(EINVAL);
-  return fail(EOPNOTSUPP);
+  Id* id = find_id(pub);
+  if (!id || id->pub.qp || !ece || !ece->vendor_id || ece->comp_mask) return fail(EINVAL);
+  id->local_ece_vendor = ece->vendor_id;
+  id->local_ece_options = ece->options;
+  return 0;
 }
 
 int EmuCm::get_remote_ece(rdma_cm_id* pub, ibv_ece* ece) {
   Lock lock(mu_);
-  if (!find_id(pub) || !ece) return fail(EINVAL);
-  std::memset(ece, 0, sizeof *ece);
+  Id* id = find_id(pub);
+  if (!id || id->pub.qp || !ece) return fail(EINVAL);
+  ece->vendor_id = id->remote_ece_vendor;
+  ece->options = id->remote_ece_options;
+  ece->comp_mask = 0;
   return 0;
 }
 

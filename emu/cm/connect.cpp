@@ -91,6 +91,7 @@ int EmuCm::send_req(Id* id, const rdma_conn_param* param) {
   std::shared_ptr<Conn> c = new_conn(id, &dev, id->peer_device);
   w::Req& req = c->req;
   req.local_comm_id = c->local_comm_id;
+  req.vendor_id = id->local_ece_vendor & 0xFFFFFF;
   req.service_id = w::service_id(static_cast<uint16_t>(id->pub.ps), dst_port(id));
   if (id->pub.route.addr.dst_addr.sa_family == AF_IB)
     req.service_id = be64toh(reinterpret_cast<const sockaddr_ib*>(&id->pub.route.addr.dst_addr)->sib_sid);
@@ -130,6 +131,7 @@ int EmuCm::send_req(Id* id, const rdma_conn_param* param) {
   id->conn = c;
   w::MadHeader hdr;
   hdr.tid = c->tid;
+  hdr.attr_mod = id->local_ece_options;
   send_mad(*c, hdr, req, true);
   arm_retry(c);
   return 0;
@@ -198,7 +200,7 @@ int EmuCm::connect(rdma_cm_id* pub, rdma_conn_param* param) {
   return complete(id);
 }
 
-void EmuCm::on_rep(const w::MadHeader& /*hdr*/, const w::Rep& rep) {
+void EmuCm::on_rep(const w::MadHeader& hdr, const w::Rep& rep) {
   std::shared_ptr<Conn> c = conn_for(rep.remote_comm_id, 0);
   if (!c) return;
   if (c->state == ConnState::kEstablished && !c->passive) {
@@ -221,6 +223,8 @@ void EmuCm::on_rep(const w::MadHeader& /*hdr*/, const w::Rep& rep) {
   Id* id = c->id;
   if (!id) return;
   id->candidates.clear();
+  id->remote_ece_vendor = rep.vendor_id;
+  id->remote_ece_options = hdr.attr_mod;
   // The peer's resources, swapped (IBTA 12.7.33): what it answers for is our
   // initiator depth, what it initiates is our responder resources.
   id->initiator_depth = rep.responder_resources;
@@ -392,6 +396,8 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
   c->remote_qpn = req.local_qpn;
   c->state = ConnState::kReqRcvd;
   child->conn = c;
+  child->remote_ece_vendor = req.vendor_id;
+  child->remote_ece_options = hdr.attr_mod;
   child->responder_resources = req.initiator_depth;
   child->initiator_depth = req.responder_resources;
   if (req.transport == w::Transport::kUc) child->pub.qp_type = IBV_QPT_UC;
@@ -505,11 +511,13 @@ int EmuCm::accept(rdma_cm_id* pub, rdma_conn_param* param) {
   rep.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
   rep.srq = id->pub.qp ? id->pub.qp->srq != nullptr : param->srq;
   rep.local_ca_guid = c->device->guid();
+  rep.vendor_id = id->remote_ece_vendor & 0xFFFFFF;  // answered with the ID it came with
   if (len) std::memcpy(rep.private_data.data(), param->private_data, len);
   if (move_qp_to_rtr(id, id->responder_resources) != 0 || move_qp_to_rts(id, id->initiator_depth) != 0) return -1;
   c->state = ConnState::kRepSent;
   w::MadHeader h;
   h.tid = c->tid;
+  h.attr_mod = id->local_ece_options;
   send_mad(*c, h, rep, true);
   arm_retry(c);
   lock.unlock();

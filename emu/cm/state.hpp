@@ -114,6 +114,10 @@ struct Id {
   rdma_conn_param last_param{};       // rdma_connect's, for the next loopback candidate
   std::vector<uint8_t> last_private;
   bool connect_error = false;
+  // Enhanced connection establishment (ECE): what the application offers
+  // (rdma_set_local_ece) and what the peer's REQ or REP carried.
+  uint32_t local_ece_vendor = 0, local_ece_options = 0;
+  uint32_t remote_ece_vendor = 0, remote_ece_options = 0;
   std::shared_ptr<Conn> conn;
   // The peer's QP number and Q_Key of a UD id (SIDR_REP), for the ESTABLISHED event.
   uint32_t ud_qpn = 0;
