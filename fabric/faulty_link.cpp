@@ -147,6 +147,12 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
             return;
           }
           break;
+        case faults::FaultAction::reject:
+          if (sink_ && sink_->forge_reject(src, view, d.reason)) {
+            counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+            return;
+          }
+          break;
         case faults::FaultAction::nak:
           if (sink_ && view.op->is_request && sink_->forge_nak(view, d.syndrome)) {
             counters_.faults_naks_forged.fetch_add(1, std::memory_order_relaxed);

@@ -51,6 +51,9 @@ class PacketSink : public Receiver {
   // The fault layer's forged NAK for a request (docs/faults.md "nak"): false if
   // no QP of the sink takes it.
   virtual bool forge_nak(const wire::PacketView& view, uint8_t syndrome) = 0;
+  // The fault layer's "reject" of a CM REQ/REP/SIDR_REQ from src: false if no
+  // connection manager of the sink answers it.
+  virtual bool forge_reject(in_addr /*src*/, const wire::PacketView& /*view*/, uint16_t /*reason*/) { return false; }
 
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) final {
     wire::PacketView view;

@@ -189,6 +189,7 @@ FaultDecision decision_of(const FaultRule& r, size_t index) {
   d.action = r.action;
   d.delay_us = r.delay_us;
   d.syndrome = r.syndrome;
+  d.reason = r.reason;
   d.rule = index;
   d.error = r.error;
   d.wc_status = r.wc_status;

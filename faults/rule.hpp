@@ -35,6 +35,7 @@ enum class FaultAction : uint8_t {
   delay,      // the packet is delivered delay_us later (verbs: the completion)
   reorder,    // the packet is held back and delivered after the next packet
   nak,        // rx only: the packet is replaced by a NAK with `syndrome` for its PSN
+  reject,     // rx only, CM REQ/SIDR_REQ: answered with a REJ `reason` (SIDR: status rejected) instead
   // verbs
   fail,          // post_send/post_recv: the call fails with `error`
   status,        // completion: delivered with `wc_status` instead
@@ -89,6 +90,7 @@ struct FaultRule {
   FaultAction action = FaultAction::drop;
   uint32_t delay_us = 0;
   uint8_t syndrome = 0x60;   // for nak: AETH syndrome (0x60 PSN sequence error ...)
+  uint16_t reason = 28;      // for reject: the REJ reason (28: consumer defined)
   int error = 0;             // fail: the errno
   int wc_status = 0;         // status: an ibv_wc_status
   int event = 0;             // event: an ibv_event_type
@@ -117,6 +119,7 @@ struct FaultDecision {
   FaultAction action = FaultAction::drop;
   uint32_t delay_us = 0;
   uint8_t syndrome = 0;
+  uint16_t reason = 0;
   size_t rule = 0;
   int error = 0;
   int wc_status = 0;

@@ -59,6 +59,7 @@ std::optional<FaultAction> parse_action(std::string_view s) {
   if (s == "delay") return FaultAction::delay;
   if (s == "reorder") return FaultAction::reorder;
   if (s == "nak") return FaultAction::nak;
+  if (s == "reject") return FaultAction::reject;
   if (s == "fail") return FaultAction::fail;
   if (s == "status") return FaultAction::status;
   if (s == "qp_error") return FaultAction::qp_error;
@@ -223,7 +224,7 @@ bool get_uint(const toml::table& t, const char* key, T* out, uint64_t max, std::
 
 bool is_packet_action(FaultAction a) {
   return a == FaultAction::drop || a == FaultAction::duplicate || a == FaultAction::corrupt ||
-         a == FaultAction::delay || a == FaultAction::reorder || a == FaultAction::nak;
+         a == FaultAction::delay || a == FaultAction::reorder || a == FaultAction::nak || a == FaultAction::reject;
 }
 
 // Which actions a rule of each kind may take (docs/faults.md, "Actions").
@@ -288,7 +289,7 @@ bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const
       *error = where + ": verb must be post_send, post_recv, completion or async_event";
       return false;
     }
-    if (!forbid(t, {"direction", "class", "cm", "psn", "syndrome"}, "a verb rule", error, where)) return false;
+    if (!forbid(t, {"direction", "class", "cm", "psn", "syndrome", "reason"}, "a verb rule", error, where)) return false;
     if (r->verb != VerbPoint::async_event && !forbid(t, {"on_event"}, "this verb", error, where)) return false;
     if (r->verb == VerbPoint::post_send) {
       if (!get_named(t, "opcode", kWrOpcodes, &r->verb_opcode, error, where)) return false;
@@ -389,7 +390,7 @@ bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const 
   auto a = t["action"].value<std::string>();
   if (!a) {
     *error = where +
-             ": 'action' is required (drop, duplicate, corrupt, delay, reorder, nak, fail, status, qp_error, "
+             ": 'action' is required (drop, duplicate, corrupt, delay, reorder, nak, reject, fail, status, qp_error, "
              "port_down, port_up, event, device_fatal)";
     return false;
   }
@@ -430,6 +431,16 @@ bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const 
   }
   if (r->action == FaultAction::nak && r->cm) {
     *error = where + ": action nak does not apply to CM MADs (they travel on UD, which has no NAKs)";
+    return false;
+  }
+  if (!get_uint(t, "reason", &r->reason, 0xffff, error, where)) return false;
+  if (r->action == FaultAction::reject &&
+      (!r->cm || (*r->cm != wire::cm::Attr::kReq && *r->cm != wire::cm::Attr::kSidrReq))) {
+    *error = where + ": action reject answers a connection request: set cm = \"REQ\" or \"SIDR_REQ\"";
+    return false;
+  }
+  if (r->action == FaultAction::reject && r->direction != Direction::rx) {
+    *error = where + ": action reject applies to received MADs: set direction = \"rx\"";
     return false;
   }
   if (r->action == FaultAction::nak && r->direction != Direction::rx) {
@@ -477,7 +488,7 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
   static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",      "class",
                                       "psn",      "nth",       "every",    "probability", "count",       "action",
                                       "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",       "on_event",
-                                      "errno",    "status",    "event",    "port",        "duration_ms", "cm"};
+                                      "errno",    "status",    "event",    "port",        "duration_ms", "cm", "reason"};
   for (auto&& [k, v] : t) {
     bool ok = false;
     for (const char* name : known) ok |= k.str() == name;
@@ -524,6 +535,8 @@ std::string_view to_string(FaultAction a) noexcept {
       return "reorder";
     case FaultAction::nak:
       return "nak";
+    case FaultAction::reject:
+      return "reject";
     case FaultAction::fail:
       return "fail";
     case FaultAction::status:

@@ -120,6 +120,8 @@ std::string action_words(const faults::FaultRule& r) {
       return s + " by " + std::to_string(r.delay_us) + " us";
     case FaultAction::nak:
       return s + " with syndrome " + hex(r.syndrome);
+    case FaultAction::reject:
+      return s + " with reason " + std::to_string(r.reason);
     case FaultAction::fail:
       return s + " with " + faults::errno_name(r.error);
     case FaultAction::status:

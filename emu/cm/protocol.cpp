@@ -280,6 +280,32 @@ void EmuCm::receive_gsi(Device& dev, in_addr src, const wire::PacketView& pkt) {
   if (auto* m = as<w::SidrRep>(msg)) return on_sidr_rep(*m);
 }
 
+// As if this side's application had rejected it: REJ to a REQ, a rejecting
+// SIDR_REP to a SIDR_REQ. The MAD itself is not taken.
+bool EmuCm::reject_gsi(Device& dev, in_addr src, const wire::PacketView& pkt, uint16_t reason) {
+  if (pkt.bth.opcode != kUdSendOnly || pkt.payload.size() < w::kMadSize) return false;
+  w::MadHeader hdr;
+  w::Message msg;
+  if (w::decode(pkt.payload.first(w::kMadSize), hdr, msg) != w::MadError::ok) return false;
+  Lock lock(mu_);
+  if (auto* req = as<w::Req>(msg)) {
+    send_rej_for(dev, src, hdr.tid, req->local_comm_id, 0, w::MsgKind::kReq, static_cast<w::RejReason>(reason),
+                 nullptr, 0);
+    return true;
+  }
+  if (auto* sreq = as<w::SidrReq>(msg)) {
+    w::MadHeader h;
+    h.tid = hdr.tid;
+    w::SidrRep rep;
+    rep.request_id = sreq->request_id;
+    rep.status = w::SidrStatus::kRejected;
+    rep.service_id = sreq->service_id;
+    send_mad_to(dev, src, h, rep);
+    return true;
+  }
+  return false;
+}
+
 void EmuCm::device_failed(Device& dev) {
   Lock lock(mu_);
   for (auto it = conns_.begin(); it != conns_.end();) {

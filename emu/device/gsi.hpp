@@ -18,6 +18,9 @@ class GsiAgent {
   // A packet whose BTH names QP1, after the device's checks and the fault
   // layer. Called on the device's receive path (never concurrently for one device).
   virtual void receive_gsi(Device& device, in_addr src, const wire::PacketView& packet) = 0;
+  // The fault layer's "reject" (docs/faults.md): answers a connection request
+  // or reply with a rejection instead of taking it. False if it is not one.
+  virtual bool reject_gsi(Device& device, in_addr src, const wire::PacketView& packet, uint16_t reason) = 0;
   // The device failed (softverbs_device_fatal): what the agent hung on it goes.
   virtual void device_failed(Device& device) = 0;
 };

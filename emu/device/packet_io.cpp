@@ -119,6 +119,11 @@ void Device::deliver(in_addr src, const wire::PacketView& pkt) {
   }
 }
 
+bool Device::forge_reject(in_addr src, const wire::PacketView& pkt, uint16_t reason) {
+  GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire);
+  return agent && pkt.bth.dest_qp == wire::cm::kGsiQpn && agent->reject_gsi(*this, src, pkt, reason);
+}
+
 bool Device::forge_nak(const wire::PacketView& pkt, uint8_t syndrome) {
   Qp* qp = find_qp(pkt.bth.dest_qp);
   if (!qp) return false;

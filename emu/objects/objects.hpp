@@ -171,6 +171,7 @@ class Device final : private fabric::PacketSink {
   bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) override;
   void deliver(in_addr src, const wire::PacketView& view) override;
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
+  bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;
   void ready() override { progress(true); }
 
   Handle<verbs_device, Device> handle_;

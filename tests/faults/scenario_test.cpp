@@ -26,7 +26,9 @@ TEST_F(Scenario, AcceptsEveryAction) {
           "[[rule]]\ncount = 4\naction = \"reorder\"\n"
           "[[rule]]\ndirection = \"rx\"\nclass = \"send\"\naction = \"nak\"\nsyndrome = \"remote_access_error\"\n"
           "[[rule]]\ncm = \"REQ\"\nnth = 1\naction = \"drop\"\n"
-          "[[rule]]\ncm = \"sidr_rep\"\naction = \"delay\"\ndelay_ms = 2\n"),
+          "[[rule]]\ncm = \"sidr_rep\"\naction = \"delay\"\ndelay_ms = 2\n"
+          "[[rule]]\ncm = \"REQ\"\ndirection = \"rx\"\naction = \"reject\"\nreason = 8\n"
+          "[[rule]]\ncm = \"SIDR_REQ\"\ndirection = \"rx\"\naction = \"reject\"\n"),
       0)
       << err_;
   EXPECT_EQ(softverbs_fault_hits("d"), 0u);
@@ -99,6 +101,11 @@ TEST_F(Scenario, RejectsMalformedScenariosWithAReason) {
       {"[[rule]]\naction = \"drop\"\npsn = [1]\n", "psn"},
       {"[[rule]]\naction = \"delay\"\n", "delay_ms"},
       {"[[rule]]\naction = \"nak\"\n", "direction"},
+      {"[[rule]]\ndirection = \"rx\"\naction = \"reject\"\n", "cm = \"REQ\""},
+      {"[[rule]]\ndirection = \"rx\"\ncm = \"REP\"\naction = \"reject\"\n", "cm = \"REQ\""},
+      {"[[rule]]\ncm = \"REQ\"\naction = \"reject\"\n", "direction"},
+      {"[[rule]]\ncm = \"REQ\"\ndirection = \"rx\"\naction = \"reject\"\nreason = 70000\n", "reason"},
+      {"[[rule]]\nverb = \"post_send\"\naction = \"drop\"\nreason = 3\n", "reason"},
       {"[[rule]]\naction = \"drop\"\nfoo = 1\n", "unknown key"},
       {"speed = 1\n", "unknown top-level key"},
       {"[[rule]\n", "line"},
