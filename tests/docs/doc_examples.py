@@ -125,6 +125,20 @@ TESTS = {
         subst=[(" -x 1", " -x 1 -n 200", "200 iterations instead of 5000: the subject is the scenario, and 5000 "
                 "take 8 s under 1 % loss")],
         expect=[r"BW average", r"with probability 0\.01: drop"]),
+    # docs/rdma-cm.md: rping between two processes, with fixed addresses and with
+    # none. The client is repeated (bounded) until the server listens: typed in two
+    # terminals, the server is up first; in one script it may not be yet.
+    "rdma_cm_rping": Test(
+        examples=[("docs/rdma-cm.md", "SOFTVERBS_DEVICES=s@127.0.0.20 build/bin/softverbs run -- rping -s -a 127.0.0.20 -C 10 -v &"),
+                  ("docs/rdma-cm.md", "build/bin/softverbs run -- rping -s -C 10 -v &")],
+        timeout=120,
+        setup=["retry() { for i in $(seq 100); do \"$@\" && return 0; done; return 1; }"],
+        subst=[("127.0.0.20", "127.0.0.70", "an address no other test of the suite uses"),
+               ("127.0.0.21", "127.0.0.71", "an address no other test of the suite uses"),
+               ("build/bin/softverbs run -- rping -c", "retry build/bin/softverbs run -- rping -c",
+                "the client is repeated until the server started just before listens")],
+        after=["wait"],
+        expect=[r"ping data: rdma-ping-9: "]),
     # docs/configuration.md, "CMake options": the sanitizer runtime preloaded into an
     # unmodified program. Run on this build (sanitized or not), it must still work.
     "configuration_asan_preload": Test(
