@@ -477,6 +477,7 @@ int EmuCm::getaddrinfo(const char* node, const char* service, const rdma_addrinf
   if (!service && !node && !hints) return fail(EINVAL);
   if (!res) return fail(EINVAL);
   ensure_devices();
+  if (devices_.empty()) return fail(ENODEV);
   static const rdma_addrinfo kNoHints{};
   if (!hints) hints = &kNoHints;
   auto* rai = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));

@@ -62,8 +62,11 @@ void EmuCm::free_channel(Channel* ch) {
   delete ch;
 }
 
+// With no emulated device the CM is not there, as librdmacm finds no RDMA
+// device (ENODEV): the next provider is asked (SOFTVERBS_BACKEND=both).
 rdma_event_channel* EmuCm::create_event_channel() {
   ensure_devices();
+  if (devices_.empty()) return fail_null<rdma_event_channel>(ENODEV);
   Lock lock(mu_);
   Channel* ch = new_channel();
   return ch ? &ch->pub : nullptr;
@@ -221,7 +224,7 @@ Id* EmuCm::new_id(Channel* ch, bool sync, void* context, rdma_port_space ps, ibv
   id->pub.channel = &ch->pub;
   id->channel = ch;
   id->sync = sync;
-  ch->owned_by_id = sync;
+  if (sync) ch->owned_by_id = true;
   ids_.emplace(&id->pub, id);
   return id;
 }
@@ -229,6 +232,7 @@ Id* EmuCm::new_id(Channel* ch, bool sync, void* context, rdma_port_space ps, ibv
 int EmuCm::create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma_port_space ps) {
   if (!out) return fail(EINVAL);
   ensure_devices();
+  if (devices_.empty()) return fail(ENODEV);
   ibv_qp_type qp_type = (ps == RDMA_PS_IPOIB || ps == RDMA_PS_UDP) ? IBV_QPT_UD : IBV_QPT_RC;
   if (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP && ps != RDMA_PS_IB && ps != RDMA_PS_IPOIB) return fail(EINVAL);
   Lock lock(mu_);
@@ -473,6 +477,10 @@ void EmuCm::destroy_ep(rdma_cm_id* pub) {
 
 ibv_context** EmuCm::get_devices(int* num_devices) {
   ensure_devices();
+  if (devices_.empty()) {
+    if (num_devices) *num_devices = 0;
+    return fail_null<ibv_context*>(ENODEV);
+  }
   Lock lock(mu_);
   auto** list = static_cast<ibv_context**>(calloc(devices_.size() + 1, sizeof(ibv_context*)));
   if (!list) return fail_null<ibv_context*>(ENOMEM);
