@@ -223,6 +223,8 @@ TESTS = {
 }
 
 NOT_RUN = {
+    ("docs/rdma-cm.md", "RXE_VM=/path/to/rxe-vm tests/rxe/cm_interop.sh build"):
+        "boots the Soft-RoCE guest of the rxe-vm tool: needs root, qemu and the tool, which are not part of the suite",
     ("README.md", "./scripts/test.sh"):
         "the whole suite, of which this test is a part; .ci/run runs it",
     ("README.md", "./scripts/test.sh -L abi"):
