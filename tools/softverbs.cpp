@@ -1,5 +1,5 @@
 // The `softverbs` command: runs programs on softverbs' libibverbs.so.1 and
-// answers what a process would get from its configuration.
+// librdmacm.so.1 and answers what a process would get from its configuration.
 //   softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--] CMD [ARGS...]
 //   softverbs devices [--devices SPEC]
 //   softverbs faults check FILE
@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   RunOptions ro;
-  auto* run_cmd = app.add_subcommand("run", "run CMD on softverbs' libibverbs.so.1 (LD_LIBRARY_PATH, SOFTVERBS_*)");
+  auto* run_cmd = app.add_subcommand(
+      "run", "run CMD on softverbs' libibverbs.so.1 and librdmacm.so.1 (LD_LIBRARY_PATH, SOFTVERBS_*)");
   run_cmd->add_option("--devices", ro.devices, "SOFTVERBS_DEVICES for CMD, checked first");
   run_cmd->add_option("--faults", ro.faults, "a fault scenario (SOFTVERBS_FAULTS, made absolute), checked first");
   run_cmd->add_option("--pcap", ro.pcap, "capture the packets to this pcap file (SOFTVERBS_PCAP; %p: the pid)");
