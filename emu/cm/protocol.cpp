@@ -270,14 +270,14 @@ void EmuCm::receive_gsi(Device& dev, in_addr src, const wire::PacketView& pkt) {
          inet_ntoa(src));
   Lock lock(mu_);
   if (auto* m = as<w::Req>(msg)) return on_req(dev, src, hdr, *m);
-  if (auto* m = as<w::Mra>(msg)) return on_mra(*m);
-  if (auto* m = as<w::Rej>(msg)) return on_rej(*m);
-  if (auto* m = as<w::Rep>(msg)) return on_rep(hdr, *m);
-  if (auto* m = as<w::Rtu>(msg)) return on_rtu(*m);
+  if (auto* m = as<w::Mra>(msg)) return on_mra(src, *m);
+  if (auto* m = as<w::Rej>(msg)) return on_rej(src, *m);
+  if (auto* m = as<w::Rep>(msg)) return on_rep(src, hdr, *m);
+  if (auto* m = as<w::Rtu>(msg)) return on_rtu(src, *m);
   if (auto* m = as<w::Dreq>(msg)) return on_dreq(dev, src, hdr, *m);
-  if (auto* m = as<w::Drep>(msg)) return on_drep(*m);
+  if (auto* m = as<w::Drep>(msg)) return on_drep(src, *m);
   if (auto* m = as<w::SidrReq>(msg)) return on_sidr_req(dev, src, hdr, *m);
-  if (auto* m = as<w::SidrRep>(msg)) return on_sidr_rep(*m);
+  if (auto* m = as<w::SidrRep>(msg)) return on_sidr_rep(src, *m);
 }
 
 // As if this side's application had rejected it: REJ to a REQ, a rejecting
@@ -324,18 +324,19 @@ void EmuCm::device_failed(Device& dev) {
 }
 
 // The other side of a connection of ours: a MAD that names a comm ID we did
-// not hand out, or a peer other than the one we talk to, is dropped.
-std::shared_ptr<Conn> EmuCm::conn_for(uint32_t local_comm_id, uint32_t remote_comm_id) {
+// not hand out, or comes from another address than the peer's, is dropped.
+std::shared_ptr<Conn> EmuCm::conn_for(uint32_t local_comm_id, uint32_t remote_comm_id, in_addr src) {
   std::shared_ptr<Conn> c = conn_by_local(local_comm_id);
-  if (!c || (c->remote_comm_id && remote_comm_id && c->remote_comm_id != remote_comm_id)) {
+  if (!c || (c->remote_comm_id && remote_comm_id && c->remote_comm_id != remote_comm_id) ||
+      c->peer.s_addr != src.s_addr) {
     stats_.rx_unmatched.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   return c;
 }
 
-void EmuCm::on_mra(const w::Mra& mra) {
-  std::shared_ptr<Conn> c = conn_for(mra.remote_comm_id, mra.local_comm_id);
+void EmuCm::on_mra(in_addr src, const w::Mra& mra) {
+  std::shared_ptr<Conn> c = conn_for(mra.remote_comm_id, mra.local_comm_id, src);
   if (!c) return;
   if (c->state == ConnState::kReqSent && mra.message_mraed == w::MsgKind::kReq) {
     c->state = ConnState::kMraReqRcvd;
@@ -350,8 +351,8 @@ void EmuCm::on_mra(const w::Mra& mra) {
   arm_retry(c);
 }
 
-void EmuCm::on_rej(const w::Rej& rej) {
-  std::shared_ptr<Conn> c = conn_for(rej.remote_comm_id, rej.local_comm_id);
+void EmuCm::on_rej(in_addr src, const w::Rej& rej) {
+  std::shared_ptr<Conn> c = conn_for(rej.remote_comm_id, rej.local_comm_id, src);
   if (!c) return;
   Id* id = c->id;
   int reason = static_cast<int>(rej.reason);
@@ -376,8 +377,8 @@ void EmuCm::on_rej(const w::Rej& rej) {
   }
 }
 
-void EmuCm::on_rtu(const w::Rtu& rtu) {
-  std::shared_ptr<Conn> c = conn_for(rtu.remote_comm_id, rtu.local_comm_id);
+void EmuCm::on_rtu(in_addr src, const w::Rtu& rtu) {
+  std::shared_ptr<Conn> c = conn_for(rtu.remote_comm_id, rtu.local_comm_id, src);
   if (!c || (c->state != ConnState::kRepSent && c->state != ConnState::kMraRepRcvd)) return;
   cancel_retry(*c);
   c->state = ConnState::kEstablished;
@@ -391,7 +392,7 @@ void EmuCm::on_rtu(const w::Rtu& rtu) {
 }
 
 void EmuCm::on_dreq(Device& dev, in_addr src, const w::MadHeader& hdr, const w::Dreq& dreq) {
-  std::shared_ptr<Conn> c = conn_for(dreq.remote_comm_id, dreq.local_comm_id);
+  std::shared_ptr<Conn> c = conn_for(dreq.remote_comm_id, dreq.local_comm_id, src);
   if (!c) {
     // An unknown connection's DREQ is answered, so that its sender stops (Linux: cm_issue_drep).
     w::Drep drep;
@@ -434,8 +435,8 @@ void EmuCm::on_dreq(Device& dev, in_addr src, const w::MadHeader& hdr, const w::
   }
 }
 
-void EmuCm::on_drep(const w::Drep& drep) {
-  std::shared_ptr<Conn> c = conn_for(drep.remote_comm_id, drep.local_comm_id);
+void EmuCm::on_drep(in_addr src, const w::Drep& drep) {
+  std::shared_ptr<Conn> c = conn_for(drep.remote_comm_id, drep.local_comm_id, src);
   if (!c || c->state != ConnState::kDreqSent) return;
   Id* id = c->id;
   enter_timewait(c);
