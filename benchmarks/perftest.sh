@@ -194,7 +194,11 @@ SECTION=$LOGS/section.md
   echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'); library built from commit \`$COMMIT\`$DIRTY; build type $(awk -F= '/^CMAKE_BUILD_TYPE:/ {print $2}' "$BUILD/CMakeCache.txt" 2>/dev/null)."
   echo "Machine: $(nproc) CPUs, \`$CPU\`, kernel \`$(uname -r)\`, load average before the run $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Every figure is the median of $RUNS runs (limits_bench: $((RUNS > 5 ? RUNS : 5)); its per-run values are in perf-results/limits.txt)."
-  echo "perftest: two processes ($PIN_NOTE), one emulated device each, RoCEv2 over UDP loopback;"
+  if [[ ${SOFTVERBS_HOST_LINK:-unix} == udp ]]; then
+    echo "perftest: two processes ($PIN_NOTE), one emulated device each, RoCEv2 over UDP loopback (SOFTVERBS_HOST_LINK=udp);"
+  else
+    echo "perftest: two processes ($PIN_NOTE), one emulated device each, packets over the lossless same-host path (AF_UNIX);"
+  fi
   echo "bandwidth is perftest's \"BW average\" (its MB is 2^20 bytes, converted here to GB/s = 10^9 bytes/s); latency is perftest's"
   echo "t_typical (the median sample; ib_send_lat and ib_write_lat report half the round trip, ib_read_lat the whole read)."
   echo

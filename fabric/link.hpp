@@ -3,7 +3,8 @@
 //
 // A device's link is a chain assembled once per device (emu/device/device.cpp):
 //   FaultyLink (packet faults) -> TapLink (counters, capture) -> LocalLink
-//   (devices of this process) -> UdpLink (the socket on 127.x:4791).
+//   (devices of this process) -> HostLink (devices of other processes of this
+//   host, lossless) -> UdpLink (the socket on 127.x:4791).
 // Packets are UDP payloads (BTH..ICRC), always from and to UDP port 4791 on the
 // destination side. Sending may happen on any thread; receiving happens only in
 // drain(), which the caller serialises (the device's receive lock), and in the
@@ -27,6 +28,9 @@ struct LinkCounters {
   // What the fault layer did (docs/faults.md).
   std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
       faults_reordered{0}, faults_naks_forged{0};
+  // Packets for a device of this host whose receiver stayed full past the
+  // lossless path's wait (fabric/host_link.hpp).
+  std::atomic<uint64_t> host_drops{0};
 };
 
 class Receiver {

@@ -17,6 +17,7 @@
 #include "emu/qp/qp.hpp"
 #include "core/log.hpp"
 #include "fabric/faulty_link.hpp"
+#include "fabric/host_link.hpp"
 #include "fabric/scheduler.hpp"
 #include "fabric/tap_link.hpp"
 #include "fabric/udp_link.hpp"
@@ -290,10 +291,11 @@ void log_counters_at_exit() {
     const Device::Counters& c = d->counters();
     SV_LOG(kInfo,
            "device %s: tx %lu rx %lu icrc_err %lu malformed %lu unknown_qp %lu dropped %lu retransmits %lu "
-           "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu",
+           "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu host_drops %lu",
            d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(), c.rx_malformed.load(),
            c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(), c.timeouts.load(), c.naks_sent.load(),
-           c.naks_received.load(), c.rnr_naks_sent.load(), c.rnr_naks_received.load(), c.duplicates.load());
+           c.naks_received.load(), c.rnr_naks_sent.load(), c.rnr_naks_received.load(), c.duplicates.load(),
+           c.host_drops.load());
   }
 }
 
@@ -408,17 +410,30 @@ const std::vector<Device*>& DeviceRegistry::devices() {
 }
 
 // The device's way to the network, outermost first: the packet-fault layer,
-// the tap (counters, capture), the queue to devices of this process, the UDP
-// socket.
+// the tap (counters, capture), the queue to devices of this process, the
+// lossless path to devices of other processes of this host, the UDP socket.
 void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler& scheduler) {
   auto udp = std::make_unique<fabric::UdpLink>(scheduler, udp_fd, dev.name());
-  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), scheduler, udp.get());
+  const fabric::HostLinkOptions& host_options = fabric::host_link_options();
+  int host_fd = -1;
+  if (host_options.enabled) {
+    // The UDP bind already claimed the address, so its name is free unless
+    // something other than a device holds it; the device then uses UDP only.
+    host_fd = fabric::HostLink::bind(dev.addr());
+    if (host_fd < 0)
+      SV_LOG(kWarn, "device %s: no lossless same-host path (%s); UDP only", dev.name().c_str(),
+             std::strerror(-host_fd));
+  }
+  auto host = std::make_unique<fabric::HostLink>(*udp, scheduler, host_fd, dev.addr(), dev.counters(), host_options,
+                                                 dev.name());
+  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), scheduler, host.get());
   auto tap = std::make_unique<fabric::TapLink>(*local, dev.addr(), dev.counters(), dev.clock(),
                                                wire::PcapWriter::instance(), &hub_);
   auto faulty = std::make_unique<fabric::FaultyLink>(*tap, dev.packet_filter(), dev.scheduler(),
                                                      dev.counters(), dev.name());
   dev.connect(*faulty);
   links_.push_back(std::move(udp));
+  links_.push_back(std::move(host));
   links_.push_back(std::move(local));
   links_.push_back(std::move(tap));
   links_.push_back(std::move(faulty));

@@ -1,0 +1,141 @@
+// The lossless path between emulated devices of different processes on one
+// host: each device also listens on an AF_UNIX SOCK_SEQPACKET socket in the
+// abstract namespace named after its IPv4 address ("\0softverbs/roce/A.B.C.D"),
+// and a packet for an address that has such a name goes through a connection
+// to it instead of UDP.
+//
+// Why: the kernel drops UDP datagrams silently when a receiver's socket buffer
+// is full, and an ordinary user cannot raise that buffer past
+// net.core.rmem_max (208 KiB on Debian). RC recovers from the loss, UC and UD
+// cannot. A local socket never drops: a sender whose receiver is behind
+// waits, which is what a lossless (PFC) RoCE fabric gives its senders. The
+// wait is bounded (SOFTVERBS_HOST_LINK), so a receiver that stops reading costs
+// a counted drop, never a hang; and while a sender waits it keeps taking its
+// own device's incoming packets off its sockets, so two devices that send to
+// each other with full queues cannot block each other.
+//
+// SOCK_SEQPACKET rather than SOCK_DGRAM: both keep packet boundaries, but an
+// unconnected datagram receiver holds only net.unix.max_dgram_qlen packets
+// (10 without systemd's setting), while a connection holds what the sender's
+// buffer allows (net.core.wmem_max for an ordinary user).
+//
+// Every other destination (a kernel rxe peer, another host, a process with the
+// path turned off) has no such name and gets UDP from the inner link, which
+// stays bound: it is what claims the address, and what real peers reach.
+// Packets keep their exact RoCEv2 bytes (BTH..ICRC); an 8-byte prefix carries
+// the sender's IPv4 address, so the receive path, the capture and the fault
+// layer see exactly what UDP would have given them (source address, port 4791).
+// Abstract names belong to the network namespace, as UDP addresses do, and
+// vanish with the socket, so a stale name cannot exist.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "fabric/link.hpp"
+#include "fabric/scheduler.hpp"
+
+namespace softverbs::fabric {
+
+struct HostLinkOptions {
+  bool enabled = true;  // false: UDP only ("udp")
+  // How long a sender waits for a full receiver before it drops the packet.
+  std::chrono::milliseconds wait{100};
+};
+
+// SOFTVERBS_HOST_LINK: "unix" (the default), "unix:MS" or "udp"; nullopt and
+// *error set for anything else.
+std::optional<HostLinkOptions> parse_host_link(const char* text, std::string* error);
+// The process's options, from the environment at the first call (a bad value
+// is logged and the default used).
+const HostLinkOptions& host_link_options();
+
+class HostLink final : public LinkDecorator {
+ public:
+  // Binds the abstract name of addr and listens on it (non-blocking,
+  // close-on-exec); returns the socket, or -errno.
+  static int bind(in_addr addr);
+  // The abstract name of addr, with its leading NUL.
+  static std::string name_of(in_addr addr);
+
+  // `inner` is the device's UDP link; `fd` a socket from bind(), owned from now
+  // on, or -1 (every packet then goes to `inner`). `counters` gets the packets
+  // dropped after the wait.
+  HostLink(Link& inner, RealTimeScheduler& scheduler, int fd, in_addr self, LinkCounters& counters,
+           HostLinkOptions options, std::string name);
+  ~HostLink() override;
+  HostLink(const HostLink&) = delete;
+  HostLink& operator=(const HostLink&) = delete;
+
+  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  // The inner link's batch, then what waits for this device on the host path.
+  bool drain() override;
+  void watch() override;
+  std::string rx_state() override;
+
+  // How many sends found their receiver full and waited (diagnostics, tests).
+  uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+
+ private:
+  // A destination reached through its abstract name: a connection to it.
+  struct Peer {
+    explicit Peer(int f) : fd(f) {}
+    ~Peer();
+    int fd;
+    // A wait for it ran out: later packets do not wait until one goes through.
+    std::atomic<bool> stalled{false};
+  };
+  struct Entry {
+    std::shared_ptr<Peer> peer;  // null: UDP, until retry_at
+    Clock::time_point retry_at{};
+  };
+  using Datagram = std::pair<in_addr, std::vector<uint8_t>>;
+
+  std::shared_ptr<Peer> peer_for(in_addr dst);
+  void forget(in_addr dst, const std::shared_ptr<Peer>& peer);
+  // One attempt through a peer: 1 sent, 0 dropped (counted), -1 the peer is gone.
+  int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet);
+  // Waits for room at the peer until `deadline`, taking this device's own
+  // incoming packets into the stash meanwhile. False when the time ran out.
+  bool wait_for_room(int peer_fd, Clock::time_point deadline);
+  void pull_into_stash();
+  // Under rx_mu_: accepts new connections and appends what waits on the
+  // connections (at most kPerConnection each) to `out`. True if it did anything.
+  bool collect_locked(std::deque<Datagram>& out);
+  // Reads one connection; closes it at its end.
+  bool read_connection_locked(int conn, std::deque<Datagram>& out);
+
+  RealTimeScheduler& scheduler_;
+  int fd_;
+  in_addr self_;
+  LinkCounters& counters_;
+  HostLinkOptions options_;
+  std::string name_;
+  uint8_t prefix_[8];
+  std::once_flag watched_;
+  std::atomic<uint64_t> waits_{0};
+
+  std::mutex peers_mu_;
+  std::unordered_map<in_addr_t, Entry> peers_;
+
+  // The listening socket and the accepted connections, in one epoll set that
+  // the progress thread watches. Reads (drain and a waiting sender) hold
+  // rx_mu_, so the stash always holds packets older than the sockets'.
+  int epoll_ = -1;
+  std::mutex rx_mu_;
+  std::vector<int> connections_;
+  std::deque<Datagram> stash_;
+  std::atomic<bool> stash_pending_{false};
+};
+
+}  // namespace softverbs::fabric

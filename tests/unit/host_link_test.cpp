@@ -1,0 +1,277 @@
+// HostLink (fabric/host_link.hpp), the lossless same-host path, on real
+// AF_UNIX sockets in one process: exact delivery with the sender's address,
+// the UDP fallback for an address without a name, a burst far beyond the
+// receiver's queue arriving complete, the bounded wait turning into a counted
+// drop when the receiver never reads, and two links that fill each other's
+// queues finishing without a drop.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fabric/host_link.hpp"
+#include "fabric/scheduler.hpp"
+#include "wire/headers.hpp"
+#include "wire/opcode.hpp"
+#include "wire/packet.hpp"
+
+namespace softverbs::fabric {
+namespace {
+
+using namespace std::chrono_literals;
+using Bytes = std::vector<uint8_t>;
+
+// Addresses only this process uses: abstract names are host-wide, and other
+// test processes run at the same time. 10/8 with the PID in the low bits.
+in_addr test_addr(int k) {
+  in_addr a{};
+  a.s_addr = htonl((10u << 24) | ((static_cast<uint32_t>(::getpid()) * 8u + static_cast<uint32_t>(k)) & 0xffffffu));
+  return a;
+}
+
+// A UC SEND of `payload` bytes, told apart by its PSN (ICRC left 0: nothing
+// here checks it).
+Bytes packet(uint32_t psn, size_t payload = 8) {
+  wire::PacketHeaders h;
+  h.bth.opcode = wire::opcode::uc_send_only;
+  h.bth.dest_qp = 0x42;
+  h.bth.psn = psn & 0xffffff;
+  Bytes data(payload, static_cast<uint8_t>(psn));
+  Bytes out(payload + 128);
+  out.resize(wire::build(h, std::span<const uint8_t>(data), out, nullptr));
+  return out;
+}
+
+uint32_t psn_of(std::span<const uint8_t> p) {
+  wire::PacketView v;
+  EXPECT_EQ(wire::parse(p, v), wire::ParseError::ok);
+  return v.bth.psn;
+}
+
+// Receives on the draining thread; ready() comes from the scheduler's thread.
+class Collector final : public Receiver {
+ public:
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> p) override {
+    std::lock_guard lock(mu);
+    srcs.push_back(src.s_addr);
+    sports.push_back(sport);
+    psns.push_back(psn_of(p));
+    last.assign(p.begin(), p.end());
+  }
+  void ready() override { ++readies; }
+  size_t count() {
+    std::lock_guard lock(mu);
+    return psns.size();
+  }
+  std::mutex mu;
+  std::vector<in_addr_t> srcs;
+  std::vector<uint16_t> sports;
+  std::vector<uint32_t> psns;
+  Bytes last;
+  std::atomic<int> readies{0};
+};
+
+// What reaches the UDP side.
+class UdpStandIn final : public Link {
+ public:
+  void attach(Receiver& r) override { up = &r; }
+  void send(in_addr dst, std::span<const uint8_t>) override {
+    std::lock_guard lock(mu);
+    sent.push_back(dst.s_addr);
+  }
+  bool drain() override { return false; }
+  void watch() override {}
+  void inject(in_addr src, uint16_t sport, std::span<const uint8_t> p) override { up->receive(src, sport, p); }
+  std::string rx_state() override { return "udp"; }
+  std::mutex mu;
+  std::vector<in_addr_t> sent;
+  Receiver* up = nullptr;
+};
+
+// One device's end: its UDP stand-in, its HostLink and what it received.
+struct End {
+  End(RealTimeScheduler& s, int k, std::chrono::milliseconds wait) : addr(test_addr(k)) {
+    int fd = HostLink::bind(addr);
+    EXPECT_GE(fd, 0) << std::strerror(-fd);
+    link = std::make_unique<HostLink>(udp, s, fd, addr, counters, HostLinkOptions{true, wait}, "end" + std::to_string(k));
+    link->attach(rx);
+  }
+  // Drains until `n` packets arrived or 30 s passed (a failure, not a wait).
+  void drain_until(size_t n) {
+    for (int spins = 0; rx.count() < n && spins < 3000000; ++spins)
+      if (!link->drain()) std::this_thread::yield();
+  }
+  in_addr addr;
+  UdpStandIn udp;
+  LinkCounters counters;
+  Collector rx;
+  std::unique_ptr<HostLink> link;
+};
+
+TEST(HostLinkOptions, ParsesTheVariable) {
+  std::string err;
+  auto d = parse_host_link(nullptr, &err);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->enabled);
+  EXPECT_EQ(d->wait, 100ms);
+  auto u = parse_host_link("udp", &err);
+  ASSERT_TRUE(u);
+  EXPECT_FALSE(u->enabled);
+  auto w = parse_host_link("unix:7", &err);
+  ASSERT_TRUE(w);
+  EXPECT_TRUE(w->enabled);
+  EXPECT_EQ(w->wait, 7ms);
+  EXPECT_EQ(parse_host_link("unix:0", &err)->wait, 0ms);
+  for (const char* bad : {"tcp", "unix:", "unix:-1", "unix:1x", "unix:10000000", "UDP"}) {
+    err.clear();
+    EXPECT_FALSE(parse_host_link(bad, &err)) << bad;
+    EXPECT_NE(err.find("SOFTVERBS_HOST_LINK"), std::string::npos) << bad;
+  }
+}
+
+TEST(HostLink, NameIsTheAddressInTheAbstractNamespace) {
+  in_addr a{};
+  inet_pton(AF_INET, "127.0.0.20", &a);
+  EXPECT_EQ(HostLink::name_of(a), std::string("\0softverbs/roce/127.0.0.20", 26));
+  // A name is held by one socket: the second bind of an address fails.
+  int fd = HostLink::bind(test_addr(0));
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(HostLink::bind(test_addr(0)), -EADDRINUSE);
+  ::close(fd);
+  // ... and vanishes with it.
+  fd = HostLink::bind(test_addr(0));
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+}
+
+TEST(HostLink, DeliversTheExactBytesFromTheSendersAddress) {
+  RealTimeScheduler s;
+  End a(s, 1, 100ms), b(s, 2, 100ms);
+  const Bytes p = packet(7, 1000);
+  a.link->send(b.addr, p);
+  b.drain_until(1);
+  ASSERT_EQ(b.rx.count(), 1u);
+  EXPECT_EQ(b.rx.srcs[0], a.addr.s_addr);
+  EXPECT_EQ(b.rx.sports[0], wire::kRoceV2UdpPort);
+  EXPECT_EQ(b.rx.last, p);
+  EXPECT_TRUE(a.udp.sent.empty());  // nothing went by UDP
+  EXPECT_FALSE(b.link->drain());
+}
+
+TEST(HostLink, AnAddressWithoutANameGoesByUdp) {
+  RealTimeScheduler s;
+  End a(s, 1, 100ms);
+  const in_addr nobody = test_addr(5);
+  a.link->send(nobody, packet(1));
+  a.link->send(nobody, packet(2));  // the answer is remembered
+  ASSERT_EQ(a.udp.sent.size(), 2u);
+  EXPECT_EQ(a.udp.sent[0], nobody.s_addr);
+  // A link without a socket (SOFTVERBS_HOST_LINK=udp) sends everything by UDP.
+  End b(s, 2, 100ms);
+  UdpStandIn udp;
+  LinkCounters counters;
+  Collector rx;
+  HostLink off(udp, s, -1, test_addr(3), counters, HostLinkOptions{false, 100ms}, "off");
+  off.attach(rx);
+  off.send(b.addr, packet(3));
+  EXPECT_EQ(udp.sent.size(), 1u);
+  EXPECT_FALSE(off.drain());
+}
+
+TEST(HostLink, APeerThatWentAwayFallsBackToUdp) {
+  RealTimeScheduler s;
+  End a(s, 1, 100ms);
+  auto b = std::make_unique<End>(s, 2, 100ms);
+  const in_addr baddr = b->addr;
+  a.link->send(baddr, packet(1));
+  EXPECT_TRUE(a.udp.sent.empty());
+  b.reset();  // its process exited: the name is gone
+  a.link->send(baddr, packet(2));
+  ASSERT_EQ(a.udp.sent.size(), 1u);
+  EXPECT_EQ(a.counters.host_drops, 0u);
+}
+
+// 20 000 packets of 4 KiB (80 MB) against a queue of a few hundred datagrams:
+// the receiver starts reading only once the sender has found it full, and
+// every packet arrives, in order.
+TEST(HostLink, ABurstFarBeyondTheReceiversQueueArrivesComplete) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  constexpr uint32_t kPackets = 20000;
+  std::thread sender([&] {
+    for (uint32_t i = 0; i < kPackets; ++i) a.link->send(b.addr, packet(i, 4096));
+  });
+  for (int spins = 0; a.link->waits() == 0 && spins < 3000000; ++spins) std::this_thread::yield();
+  EXPECT_GT(a.link->waits(), 0u);  // the receiver was full: back-pressure, not loss
+  b.drain_until(kPackets);
+  sender.join();
+  ASSERT_EQ(b.rx.count(), kPackets);
+  for (uint32_t i = 0; i < kPackets; ++i) ASSERT_EQ(b.rx.psns[i], i);
+  EXPECT_EQ(a.counters.host_drops, 0u);
+  EXPECT_TRUE(a.udp.sent.empty());
+}
+
+// A receiver that never reads costs the sender one bounded wait, then drops;
+// once it reads again, packets go through again.
+TEST(HostLink, TheBoundedWaitCountsADropWhenTheReceiverNeverReads) {
+  RealTimeScheduler s;
+  End a(s, 1, 20ms), b(s, 2, 20ms);
+  constexpr uint32_t kPackets = 3000;
+  for (uint32_t i = 0; i < kPackets; ++i) a.link->send(b.addr, packet(i, 4096));
+  const uint64_t drops = a.counters.host_drops;
+  EXPECT_GT(drops, 0u);
+  EXPECT_EQ(a.link->waits(), 1u);  // only the first full send waited
+  while (b.link->drain()) {
+  }
+  EXPECT_EQ(b.rx.count() + drops, kPackets);
+  // Every packet that arrived came in order, the first ones.
+  for (size_t i = 0; i < b.rx.count(); ++i) ASSERT_EQ(b.rx.psns[i], i);
+  a.link->send(b.addr, packet(kPackets));
+  b.drain_until(b.rx.count() + 1);
+  EXPECT_EQ(b.rx.psns.back(), kPackets);
+  EXPECT_EQ(a.counters.host_drops, drops);
+}
+
+// Two devices whose senders fill each other's queues, each draining its own
+// link only when done sending (as a progress thread busy sending cannot
+// drain): each waiting sender takes its own incoming datagrams aside, so both
+// finish with no drop, and each side gets all the other sent, in order.
+TEST(HostLink, TwoSendersFillingEachOtherNeverDeadlock) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  constexpr uint32_t kPackets = 3000;
+  std::thread ta([&] {
+    for (uint32_t i = 0; i < kPackets; ++i) a.link->send(b.addr, packet(i, 4096));
+    a.drain_until(kPackets);
+  });
+  std::thread tb([&] {
+    for (uint32_t i = 0; i < kPackets; ++i) b.link->send(a.addr, packet(i, 4096));
+    b.drain_until(kPackets);
+  });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(a.counters.host_drops, 0u);
+  EXPECT_EQ(b.counters.host_drops, 0u);
+  EXPECT_GT(a.link->waits() + b.link->waits(), 0u);
+  ASSERT_EQ(a.rx.count(), kPackets);
+  ASSERT_EQ(b.rx.count(), kPackets);
+  for (uint32_t i = 0; i < kPackets; ++i) {
+    ASSERT_EQ(a.rx.psns[i], i);
+    ASSERT_EQ(b.rx.psns[i], i);
+  }
+  // Whoever took packets aside told its receiver through the scheduler.
+  for (int spins = 0; a.rx.readies + b.rx.readies == 0 && spins < 3000000; ++spins) std::this_thread::yield();
+  EXPECT_GT(a.rx.readies + b.rx.readies, 0);
+}
+
+}  // namespace
+}  // namespace softverbs::fabric
