@@ -44,6 +44,7 @@ enum class FaultAction : uint8_t {
   port_up,       // the port comes back (IBV_EVENT_PORT_ACTIVE)
   event,         // the async event `event` is raised
   device_fatal,  // the device fails (IBV_EVENT_DEVICE_FATAL)
+  failover,      // the device's link fails over (a bond): rdma_cm ids on it get ADDR_CHANGE
 };
 
 // What a rule watches: packets on the wire, calls and completions of the verbs,

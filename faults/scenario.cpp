@@ -67,6 +67,7 @@ std::optional<FaultAction> parse_action(std::string_view s) {
   if (s == "port_up") return FaultAction::port_up;
   if (s == "event") return FaultAction::event;
   if (s == "device_fatal") return FaultAction::device_fatal;
+  if (s == "failover") return FaultAction::failover;
   return std::nullopt;
 }
 
@@ -231,7 +232,7 @@ bool is_packet_action(FaultAction a) {
 bool action_allowed(const FaultRule& r) {
   const FaultAction a = r.action;
   const bool side_effect = a == FaultAction::qp_error || a == FaultAction::port_down || a == FaultAction::port_up ||
-                           a == FaultAction::event || a == FaultAction::device_fatal;
+                           a == FaultAction::event || a == FaultAction::device_fatal || a == FaultAction::failover;
   switch (r.target) {
     case RuleTarget::packet:
       return is_packet_action(a);
@@ -391,7 +392,7 @@ bool parse_action(const toml::table& t, FaultRule* r, std::string* error, const 
   if (!a) {
     *error = where +
              ": 'action' is required (drop, duplicate, corrupt, delay, reorder, nak, reject, fail, status, qp_error, "
-             "port_down, port_up, event, device_fatal)";
+             "port_down, port_up, event, device_fatal, failover)";
     return false;
   }
   auto act = parse_action(*a);
@@ -551,6 +552,8 @@ std::string_view to_string(FaultAction a) noexcept {
       return "event";
     case FaultAction::device_fatal:
       return "device_fatal";
+    case FaultAction::failover:
+      return "failover";
   }
   return "?";
 }

@@ -66,6 +66,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
   // ---- GsiAgent (emu/device/gsi.hpp) ---------------------------------------
   void receive_gsi(Device& device, in_addr src, const wire::PacketView& packet) override;
   void device_failed(Device& device) override;
+  void link_failed_over(Device& device) override;
   bool reject_gsi(Device& device, in_addr src, const wire::PacketView& packet, uint16_t reason) override;
 
   // What the CM counted (tests and diagnostics).

@@ -306,6 +306,17 @@ bool EmuCm::reject_gsi(Device& dev, in_addr src, const wire::PacketView& pkt, ui
   return false;
 }
 
+// Linux's rdma_cm reports a bonding failover of an id's netdev as
+// RDMA_CM_EVENT_ADDR_CHANGE (cma_netdev_callback); connections stay.
+void EmuCm::link_failed_over(Device& dev) {
+  Lock lock(mu_);
+  for (auto& [pub, id] : ids_) {
+    if (!id->dev || id->dev->device != &dev) continue;
+    if (id->state == IdState::kDestroying || id->state == IdState::kIdle || id->state == IdState::kDeviceRemoval) continue;
+    post_event(new_event(id, RDMA_CM_EVENT_ADDR_CHANGE, 0));
+  }
+}
+
 void EmuCm::device_failed(Device& dev) {
   Lock lock(mu_);
   for (auto it = conns_.begin(); it != conns_.end();) {

@@ -95,6 +95,11 @@ void apply_fault(Device& dev, const FaultDecision& d, Qp* qp) {
     case FaultAction::device_fatal:
       dev.make_fatal();
       break;
+    case FaultAction::failover:
+      // Nothing changes for the verbs (a bond keeps its address and GIDs);
+      // the connection manager tells its ids, as Linux's does on a bonding failover.
+      if (GsiAgent* agent = dev.gsi_agent()) agent->link_failed_over(dev);
+      break;
     default:
       break;
   }

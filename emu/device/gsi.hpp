@@ -21,6 +21,9 @@ class GsiAgent {
   // The fault layer's "reject" (docs/faults.md): answers a connection request
   // or reply with a rejection instead of taking it. False if it is not one.
   virtual bool reject_gsi(Device& device, in_addr src, const wire::PacketView& packet, uint16_t reason) = 0;
+  // The device's link failed over to another port of its bond (the fault
+  // layer's "failover"): its address and GIDs stay.
+  virtual void link_failed_over(Device& device) = 0;
   // The device failed (softverbs_device_fatal): what the agent hung on it goes.
   virtual void device_failed(Device& device) = 0;
 };

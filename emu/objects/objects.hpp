@@ -146,6 +146,7 @@ class Device final : private fabric::PacketSink {
   faults::PacketFilter& packet_filter() { return packet_filter_; }
   // The agent that gets the packets sent to QP1 (emu/device/gsi.hpp); set once.
   void set_gsi_agent(GsiAgent* agent) { gsi_agent_.store(agent, std::memory_order_release); }
+  GsiAgent* gsi_agent() const { return gsi_agent_.load(std::memory_order_acquire); }
   faults::VerbFilter& verb_filter() { return verb_filter_; }
 
   // ---- port and device state (the fault layer's port_down/up, device_fatal) --

@@ -48,7 +48,8 @@ TEST_F(Scenario, AcceptsEveryVerbAndTimedAction) {
                  "[[rule]]\nat_ms = 0\ndevice = \"x\"\naction = \"port_up\"\n"
                  "[[rule]]\nat_ms = 10\ndevice = \"x\"\naction = \"event\"\nevent = \"IBV_EVENT_SM_CHANGE\"\nport = 1\n"
                  "[[rule]]\nat_ms = 10\ndevice = \"x\"\nqpn = 5\naction = \"qp_error\"\n"
-                 "[[rule]]\nat_ms = 60000\ndevice = \"x\"\naction = \"device_fatal\"\n"),
+                 "[[rule]]\nat_ms = 60000\ndevice = \"x\"\naction = \"device_fatal\"\n"
+                 "[[rule]]\nat_ms = 60000\ndevice = \"x\"\naction = \"failover\"\n"),
             0)
       << err_;
 }
