@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <ostream>
 #include <string>
 
 #include "tests/clients/clients.hpp"
@@ -26,15 +27,23 @@ bool attached(const std::string& group, const std::string& device) {
   return false;
 }
 
-class Mckey : public ::testing::TestWithParam<std::pair<std::string, std::string>> {
+// -C, -S, and whether the sender joins as a send-only full member (-o).
+struct Run {
+  std::string count, size;
+  bool send_only;
+};
+void PrintTo(const Run& r, std::ostream* os) { *os << "-C " << r.count << " -S " << r.size << (r.send_only ? " -o" : ""); }
+
+class Mckey : public ::testing::TestWithParam<Run> {
  protected:
   void SetUp() override { ASSERT_TRUE(installed(kMckey, "rdmacm-utils")); }
 };
 
 // The receiver posts -C receives and exits 0 once that many datagrams arrived;
-// the sender sends them 3 s after its join (mckey's own pause).
+// the sender sends them 3 s after its join (mckey's own pause). A send-only
+// sender (-o) is not attached to the group and reaches the receiver the same.
 TEST_P(Mckey, ReceiverGetsEveryMessageOfTheSender) {
-  const auto [count, size] = GetParam();
+  const auto [count, size, send_only] = GetParam();
   // Addresses and group of this run alone (runs of the suite go in parallel).
   const std::string n = count;
   const std::string kGroup = "239.202.1." + n, kReceiverAddr = "127.0.202." + n,
@@ -49,9 +58,10 @@ TEST_P(Mckey, ReceiverGetsEveryMessageOfTheSender) {
   ASSERT_TRUE(receiver.wait_until([&] { return attached(kGroup, kReceiverAddr); }, milliseconds(20000)))
       << "the receiver never joined\n"
       << receiver.snapshot().describe();
-  ProcessResult sender = run_client(
-      {kLauncher, "run", "--", kMckey, "-m", kGroup, "-b", kSenderAddr, "-s", "-C", count, "-S", size}, send_env,
-      milliseconds(30000));
+  std::vector<std::string> argv = {kLauncher, "run", "--", kMckey, "-m", kGroup, "-b", kSenderAddr, "-s",
+                                   "-C",       count, "-S", size};
+  if (send_only) argv.push_back("-o");
+  ProcessResult sender = run_client(argv, send_env, milliseconds(30000));
   ProcessResult r = receiver.wait(milliseconds(20000));
   ASSERT_TRUE(sender.exited_with(0)) << sender.describe();
   ASSERT_TRUE(r.exited_with(0)) << r.describe() << "\n=== sender ===\n" << sender.describe();
@@ -66,9 +76,11 @@ TEST_P(Mckey, ReceiverGetsEveryMessageOfTheSender) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Messages, Mckey,
-                         ::testing::Values(std::pair<std::string, std::string>{"10", "100"},
-                                           std::pair<std::string, std::string>{"50", "1000"}),
-                         [](const auto& info) { return std::string("C") + info.param.first + "_S" + info.param.second; });
+                         ::testing::Values(Run{"10", "100", false}, Run{"50", "1000", false}, Run{"20", "64", true}),
+                         [](const auto& info) {
+                           return "C" + info.param.count + "_S" + info.param.size +
+                                  (info.param.send_only ? "_SendOnly" : "");
+                         });
 
 }  // namespace
 }  // namespace softverbs::test

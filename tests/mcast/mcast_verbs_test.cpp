@@ -6,9 +6,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <softverbs/faults.h>
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -275,6 +277,44 @@ TEST_F(Mcast, SendReachesEveryAttachedQpOnBothDevices) {
 
   for (ibv_qp* qp : {sender, a1, b2}) EXPECT_EQ(ibv_detach_mcast(qp, &g, 0), 0);
   for (ibv_qp* qp : {sender, a1, b1, b2, bystander}) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+// Packet faults see multicast packets: a drop on the sending side loses the
+// frame for every member; a drop on one receiving device loses only its copy.
+TEST_F(Mcast, PacketFaultsApplyToTheFrameAndToEachCopy) {
+  const ibv_gid g = group_gid("239.201.0.5");
+  ibv_qp* sender = a_->ud_qp();
+  ibv_qp* a1 = a_->ud_qp();
+  ibv_qp* b1 = b_->ud_qp();
+  ASSERT_TRUE(sender && a1 && b1);
+  for (ibv_qp* qp : {a1, b1}) ASSERT_EQ(ibv_attach_mcast(qp, &g, 0), 0);
+  for (int slot = 0; slot < 3; ++slot) {
+    ASSERT_NO_FATAL_FAILURE(a_->post_recv(a1, slot));
+    ASSERT_NO_FATAL_FAILURE(b_->post_recv(b1, slot));
+  }
+  const std::string scenario = std::string("[[rule]]\nname = \"mc-tx\"\ndirection = \"tx\"\ndevice = \"") +
+                               ibv_get_device_name(list_[0]) +
+                               "\"\nqpn = 16777215\ncount = 1\naction = \"drop\"\n"
+                               "[[rule]]\nname = \"mc-rx\"\ndirection = \"rx\"\ndevice = \"" +
+                               ibv_get_device_name(list_[1]) + "\"\nqpn = 16777215\nnth = 1\naction = \"drop\"\n";
+  char err[256] = {};
+  ASSERT_EQ(softverbs_faults_load(scenario.c_str(), err, sizeof err), 0) << err;
+  ASSERT_EQ(a_->send_to_group(sender, g, 0x11), 0);  // dropped on the sender's wire
+  ASSERT_EQ(a_->send_to_group(sender, g, 0x22), 0);  // b's copy dropped on arrival
+  ASSERT_EQ(a_->send_to_group(sender, g, 0x33), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(a_->recv_of(a1, &wc));
+  EXPECT_EQ(a_->buf[32768 + 1024 * wc.wr_id + kGrh], 0x22) << "the first frame should be lost for every member";
+  ASSERT_TRUE(a_->recv_of(a1, &wc));
+  EXPECT_EQ(a_->buf[32768 + 1024 * wc.wr_id + kGrh], 0x33);
+  ASSERT_TRUE(b_->recv_of(b1, &wc));
+  EXPECT_EQ(b_->buf[32768 + 1024 * wc.wr_id + kGrh], 0x33) << "b's copy of the second should be lost";
+  EXPECT_EQ(b_->received_on(b1), 0);
+  EXPECT_EQ(softverbs_fault_hits("mc-tx"), 1u);
+  EXPECT_EQ(softverbs_fault_hits("mc-rx"), 1u);
+  softverbs_faults_clear();
+  for (ibv_qp* qp : {a1, b1}) EXPECT_EQ(ibv_detach_mcast(qp, &g, 0), 0);
+  for (ibv_qp* qp : {sender, a1, b1}) EXPECT_EQ(ibv_destroy_qp(qp), 0);
 }
 
 // A group with no member on the host: the SEND completes, nobody receives.
