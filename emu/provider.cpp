@@ -450,6 +450,8 @@ int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_i
 int EmuProvider::destroy_qp(ibv_qp* qp) {
   Qp* q = Qp::from(qp);
   Context& ctx = q->context();
+  // The kernel refuses to destroy a QP still attached to a multicast group.
+  if (ctx.device().mcast_attached(q->qpn())) return EBUSY;
   ctx.device().unregister_qp(q->qpn());
   q->shutdown();
   ctx.forget_async_events(qp);
@@ -477,13 +479,32 @@ int EmuProvider::set_ece(ibv_qp*, ibv_ece*) {
   return EOPNOTSUPP;
 }
 
-int EmuProvider::attach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
-  // Multicast needs UD; it is not emulated yet.
-  return qp->qp_type == IBV_QPT_UD ? EOPNOTSUPP : EINVAL;
+// The checks of the kernel's ib_attach_mcast/ib_detach_mcast: a multicast GID
+// (ff00::/8, or an IPv4-mapped class D address), a UD QP, and on an InfiniBand
+// port a multicast LID (0xC000..0xFFFE); RoCE ignores the LID (Annex A16/A17).
+static int check_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (!gid || qp->qp_type != IBV_QPT_UD) return EINVAL;
+  const uint8_t* g = gid->raw;
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  const bool mgid = g[0] == 0xff || (std::memcmp(g, v4mapped, 12) == 0 && (g[12] & 0xf0) == 0xe0);
+  if (!mgid) return EINVAL;
+  Device& dev = Qp::from(qp)->context().device();
+  if (dev.link_layer() == LinkLayer::kInfiniBand && (lid < 0xC000 || lid == 0xFFFF)) return EINVAL;
+  return 0;
 }
 
-int EmuProvider::detach_mcast(ibv_qp* qp, const ibv_gid*, uint16_t) {
-  return qp->qp_type == IBV_QPT_UD ? EOPNOTSUPP : EINVAL;
+int EmuProvider::attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  if (failed(qp->context)) return EIO;
+  if (int err = check_mcast(qp, gid, lid)) return err;
+  Qp* q = Qp::from(qp);
+  return q->context().device().attach_mcast(q->qpn(), *gid, lid);
+}
+
+int EmuProvider::detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  // uverbs looks the pair up in the QP's list first: not attached is EINVAL.
+  if (!gid) return EINVAL;
+  Qp* q = Qp::from(qp);
+  return q->context().device().detach_mcast(q->qpn(), *gid, lid);
 }
 
 // ---- address handles -----------------------------------------------------

@@ -59,8 +59,7 @@ class EmuProvider final : public Provider {
   // which sets errno, so this keeps that case's errno.
   int query_ece(ibv_qp* qp, ibv_ece* ece) override;
   int set_ece(ibv_qp* qp, ibv_ece* ece) override;
-  // Not offered: EOPNOTSUPP for a UD QP, EINVAL for other QP types (the kernel's
-  // ib_attach_mcast check), where the default would say EOPNOTSUPP for all.
+  // UD multicast (emu/device/mcast.cpp), with the kernel's checks and errnos.
   int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) override;
   int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) override;
   ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) override;

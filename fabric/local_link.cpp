@@ -1,6 +1,9 @@
 // LocalLink: the in-process queue between devices of one process.
 #include "fabric/local_link.hpp"
 
+#include <arpa/inet.h>
+
+#include "fabric/mcast_directory.hpp"
 #include "wire/headers.hpp"
 
 namespace softverbs::fabric {
@@ -15,6 +18,17 @@ void LocalLink::attach(Receiver& receiver) {
 }
 
 void LocalLink::send(in_addr dst, std::span<const uint8_t> packet) {
+  if (IN_MULTICAST(ntohl(dst.s_addr))) {
+    // A multicast packet is replicated here, below the fault layer and the
+    // capture (which see the one packet the sender put on its wire): one copy
+    // to each member device of the host, this one included (docs/wire.md §1.6).
+    for (in_addr member : mcast_members(mcast_gid_of(dst))) send_unicast(member, packet);
+    return;
+  }
+  send_unicast(dst, packet);
+}
+
+void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet) {
   if (LocalLink* peer = hub_.find(dst)) {
     peer->enqueue(addr_, packet);
     return;

@@ -1,7 +1,8 @@
 // The link between devices of one process: a packet to a device of this
 // process goes into that device's queue instead of a socket, with the same
 // packet semantics. Packets to any other address go to the outside link (the
-// UDP socket), if there is one.
+// UDP socket), if there is one. A packet to a multicast group goes to each
+// member device of the host (fabric/mcast_directory.hpp).
 #pragma once
 
 #include <netinet/in.h>
@@ -50,6 +51,8 @@ class LocalLink final : public Link, private Receiver {
   std::string rx_state() override;
 
  private:
+  // One copy to one device: its local queue, or the outside link.
+  void send_unicast(in_addr dst, std::span<const uint8_t> packet);
   // A packet from the device at src (on another thread).
   void enqueue(in_addr src, std::span<const uint8_t> packet);
   // From the outside link, passed up.

@@ -340,7 +340,10 @@ void EmuCm::resolve_addr_step(uint64_t generation, Id* id, Clock::time_point dea
   in_addr dst = id->peer_device;
   int status = 0;
   bool answered = false;
-  if (device_owning(dst) || !id->candidates.empty() || ntohl(dst.s_addr) == kLoopback) {
+  // A multicast destination needs no neighbour: its MAC is derived from the
+  // group (the kernel's ip_eth_mc_map), so it resolves at once.
+  if (device_owning(dst) || !id->candidates.empty() || ntohl(dst.s_addr) == kLoopback ||
+      IN_MULTICAST(ntohl(dst.s_addr))) {
     answered = true;
   } else if (is_loopback_range(dst)) {
     for (in_addr a : roce_ports_bound_now())

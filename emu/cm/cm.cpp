@@ -161,6 +161,7 @@ int EmuCm::get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     Event* ev = ch->queue.front();
     ch->queue.pop_front();
     ev->id->events_reported++;
+    if (ev->mc) process_join(ev);
     if (ev->pub.event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->id->sync) {
       // A synchronous listener's new id is synchronous too (librdmacm migrates it).
       Id* child = find_id(ev->pub.id);
@@ -185,6 +186,7 @@ int EmuCm::ack_cm_event(rdma_cm_event* event) {
   if (!events_.count(ev)) return fail(EINVAL);
   events_.erase(ev);
   ev->id->events_acked++;
+  if (ev->mc) ev->mc->acked++;
   delete ev;
   acked_.notify_all();
   return 0;

@@ -60,6 +60,8 @@ class EmuCm final : public CmProvider, public GsiAgent {
   void destroy_qp(rdma_cm_id* id) override;
   int create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) override;
   void destroy_srq(rdma_cm_id* id) override;
+  int join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* mc_join_attr, void* context) override;
+  int leave_multicast(rdma_cm_id* id, sockaddr* addr) override;
   ibv_context** get_devices(int* num_devices) override;
   void free_devices(ibv_context** list) override;
 
@@ -93,6 +95,13 @@ class EmuCm final : public CmProvider, public GsiAgent {
   // Discards the id's events not yet taken; returns the ids of connection
   // requests so discarded (they go with their listener).
   std::vector<cm::Id*> drop_queued_events(cm::Id* id);
+
+  // ---- multicast (multicast.cpp) ----
+  // What librdmacm does when the application takes a MULTICAST_JOIN event
+  // (ucma_process_join): attach the id's QP to the group.
+  void process_join(cm::Event* ev);
+  // The joins of ids on a failed device end with MULTICAST_ERROR.
+  void fail_joins(Device& dev);
 
   // ---- devices and addresses (addr.cpp) ----
   void ensure_devices();

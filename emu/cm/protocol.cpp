@@ -327,6 +327,7 @@ void EmuCm::device_failed(Device& dev) {
       end_conn(c);
     }
   }
+  fail_joins(dev);
   for (auto& [pub, id] : ids_) {
     if (!id->dev || id->dev->device != &dev || id->state == IdState::kDestroying) continue;
     id->state = IdState::kDeviceRemoval;

@@ -59,10 +59,21 @@ enum class IdState {
   kDestroying,
 };
 
+// A multicast join of an id (emu/cm/multicast.cpp): librdmacm's struct cma_multicast.
+struct McJoin {
+  sockaddr_storage addr{};  // the group as the application named it
+  void* context = nullptr;  // the join's context (the event's private_data)
+  uint32_t join_flags = 0;  // RDMA_MC_JOIN_FLAG_*
+  ibv_gid mgid{};           // the group's GID, once joined
+  uint16_t mlid = 0;
+  uint32_t reported = 0, acked = 0;  // its events taken and acknowledged
+};
+
 // One event as the application sees it, plus the storage its pointers use.
 struct Event {
   rdma_cm_event pub{};
   Id* id = nullptr;  // the id it is counted against (the new id for CONNECT_REQUEST)
+  McJoin* mc = nullptr;  // the join a MULTICAST_JOIN/ERROR event reports
   std::array<uint8_t, 256> private_data{};
 };
 
@@ -122,6 +133,9 @@ struct Id {
   // The peer's QP number and Q_Key of a UD id (SIDR_REP), for the ESTABLISHED event.
   uint32_t ud_qpn = 0;
   uint32_t ud_qkey = 0;
+
+  // Multicast groups joined (rdma_join_multicast_ex), until left.
+  std::vector<std::unique_ptr<McJoin>> mc;
 
   // Events: reported to the application and acknowledged by it.
   uint32_t events_reported = 0;

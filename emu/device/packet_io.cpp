@@ -90,6 +90,8 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
   wire::Ipv4Flow f = flow(src, addr_);
   f.sport = sport;
   wire::ParseError err = wire::parse(packet, pkt, wire::IcrcFlow{f});
+  rx_group_ = in_addr{};
+  if (err == wire::ParseError::icrc_mismatch) err = admit_mcast(packet, f, pkt);
   if (err == wire::ParseError::icrc_mismatch) {
     counters_.rx_icrc_errors.fetch_add(1, std::memory_order_relaxed);
     return false;  // a corrupted packet is dropped silently (IBTA: invariant CRC error)
@@ -103,8 +105,10 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
   return true;
 }
 
-// The receive demultiplexer: the packet goes to the QP it names.
+// The receive demultiplexer: the packet goes to the QP it names, or to every
+// QP attached to its group (IBTA: DestQP 0xFFFFFF is the multicast QPN).
 void Device::deliver(in_addr src, const wire::PacketView& pkt) {
+  if (pkt.bth.dest_qp == wire::kMulticastQpn) return deliver_mcast(src, pkt);
   if (pkt.bth.dest_qp == wire::cm::kGsiQpn) {
     if (GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire)) {
       agent->receive_gsi(*this, src, pkt);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,6 +34,7 @@
 #include "core/rdma_private.h"
 #include "fabric/link.hpp"
 #include "fabric/local_link.hpp"
+#include "fabric/mcast_directory.hpp"
 #include "faults/filter.hpp"
 #include "wire/icrc.hpp"
 #include "wire/packet.hpp"
@@ -167,6 +169,14 @@ class Device final : private fabric::PacketSink {
   // Runs f on the QP of that number, if there is one, keeping it alive meanwhile.
   void with_qp(uint32_t qpn, const std::function<void(Qp*)>& f);
 
+  // ---- multicast (emu/device/mcast.cpp) -------------------------------------
+  // ibv_attach_mcast/ibv_detach_mcast of a QP of this device, after the verb's
+  // own checks: 0 or an errno (the kernel's and mlx5's).
+  int attach_mcast(uint32_t qpn, const ibv_gid& gid, uint16_t lid);
+  int detach_mcast(uint32_t qpn, const ibv_gid& gid, uint16_t lid);
+  // Whether the QP is attached to any group (ibv_destroy_qp refuses then).
+  bool mcast_attached(uint32_t qpn);
+
  private:
   // fabric::PacketSink: the receive path, called under rx_mu_.
   bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) override;
@@ -174,6 +184,12 @@ class Device final : private fabric::PacketSink {
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
   bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;
   void ready() override { progress(true); }
+  // A packet to the multicast QPN whose ICRC does not verify against this
+  // device's address: verifies it against each IPv4 group the device has
+  // joined, and on success sets rx_group_ (emu/device/mcast.cpp).
+  wire::ParseError admit_mcast(std::span<const uint8_t> packet, wire::Ipv4Flow flow, wire::PacketView& view);
+  // Hands a multicast packet to every QP of this device attached to rx_group_.
+  void deliver_mcast(in_addr src, const wire::PacketView& view);
 
   Handle<verbs_device, Device> handle_;
   DeviceConfig config_;
@@ -204,6 +220,20 @@ class Device final : private fabric::PacketSink {
   // One thread processes received packets at a time, in order: it serialises
   // the link's drain() and inject().
   std::mutex rx_mu_;
+
+  // Multicast groups by GID: the attached QPs (a QP once per (GID, LID) it was
+  // attached with, as the kernel lists them) and the device's announcement of
+  // its membership to the host (fabric/mcast_directory.hpp).
+  struct McastGroup {
+    std::vector<std::pair<uint32_t, uint16_t>> attached;  // (QPN, LID)
+    std::unique_ptr<fabric::McastMembership> membership;
+  };
+  std::mutex mcast_mu_;
+  std::map<fabric::McastGid, McastGroup> mcast_;  // under mcast_mu_
+  size_t mcast_attachments_ = 0;                  // under mcast_mu_
+  // The group the packet admit() just passed was sent to, or 0 (under rx_mu_:
+  // admit() and deliver() of one packet run back to back).
+  in_addr rx_group_{};
 };
 
 // The process-wide device list, created on first use from the environment.

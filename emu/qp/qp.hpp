@@ -58,8 +58,9 @@ class Qp {
 
   // ---- the transport engine (requester.cpp, responder.cpp, completer.cpp)
   // Entry point for a packet addressed to this QP; called by the device's
-  // receive path.
-  void receive(const wire::PacketView& pkt, in_addr src);
+  // receive path. `dst` is the multicast group a UD packet was sent to (its IP
+  // destination), or 0 for a packet to this device's address.
+  void receive(const wire::PacketView& pkt, in_addr src, in_addr dst = in_addr{});
   // Detaches the engine's timer; the QP is about to be destroyed.
   void shutdown();
   // Answers a request as if the responder had refused it (the fault layer's nak).
@@ -131,7 +132,7 @@ class Qp {
   // ---- responder (responder.cpp) -------------------------------------------
   // Runs the steps of responder.hpp: one function per step, each returning the
   // next; the error steps go through kRespErrors to resp_error_locked.
-  void responder_locked(const wire::PacketView& pkt, in_addr src);
+  void responder_locked(const wire::PacketView& pkt, in_addr src, in_addr dst);
   RespStep resp_check_op_valid_locked(RespContext& r);
   RespStep resp_establish_locked(RespContext& r);
   RespStep resp_check_psn_locked(RespContext& r);
@@ -159,7 +160,7 @@ class Qp {
   void responder_error_locked(const RespErrorRow& e, uint32_t psn);
   void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
   void keep_resource_locked(const ResponderState::Resource& r);
-  void ud_receive_locked(const wire::PacketView& pkt, in_addr src);
+  void ud_receive_locked(const wire::PacketView& pkt, in_addr src, in_addr dst);
 
   // ---- shared parts: attributes, queues, lock ------------------------------
   Handle<ibv_qp_ex, Qp> handle_;

@@ -146,7 +146,7 @@ void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t le
   }
 }
 
-void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
+void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   // Unreliable datagram (IBTA 9.8.4, 10.2.5): a SEND whose Q_Key matches goes
   // into the next receive WQE after 40 bytes for the GRH; anything else, or a
   // SEND with no receive WQE posted, is dropped silently: UD has no responses.
@@ -167,7 +167,8 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
     uint8_t grh[kGrh] = {};
     const bool eth = device().link_layer() == LinkLayer::kEthernet;
     if (eth) {
-      const Ipv4Flow f = device().flow(src, device().addr());
+      // A multicast packet's IP destination is its group.
+      const Ipv4Flow f = device().flow(src, dst.s_addr ? dst : device().addr());
       write_ipv4_header(grh + 20, f.saddr, f.daddr,
                         pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes);
     }
@@ -223,8 +224,8 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src) {
 
 // ---- the request steps ------------------------------------------------------
 
-void Qp::responder_locked(const PacketView& pkt, in_addr src) {
-  if (type_ == IBV_QPT_UD) return ud_receive_locked(pkt, src);
+void Qp::responder_locked(const PacketView& pkt, in_addr src, in_addr dst) {
+  if (type_ == IBV_QPT_UD) return ud_receive_locked(pkt, src, dst);
   RespContext r{pkt, *pkt.op, src, pkt.bth.psn, type_ == IBV_QPT_RC};
   RespStep step = RespStep::check_op_valid;
   while (step != RespStep::done) {
@@ -557,13 +558,13 @@ void Qp::forge_nak(uint32_t psn, uint8_t syndrome) {
   send_ack_locked(Aeth{syndrome, resp_.msn}, psn);
 }
 
-void Qp::receive(const PacketView& pkt, in_addr src) {
+void Qp::receive(const PacketView& pkt, in_addr src, in_addr dst) {
   std::lock_guard lock(mu_);
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
   req_.heard_from_peer = true;
   if (pkt.op->is_request) {
-    responder_locked(pkt, src);
+    responder_locked(pkt, src, dst);
   } else if (s != IBV_QPS_RTR) {
     completer_locked(pkt);
   }
