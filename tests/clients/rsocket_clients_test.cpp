@@ -1,0 +1,82 @@
+// rdmacm-utils' rstream, unmodified, between two processes through the
+// launcher (`softverbs run --`), each with a device of its own: stream
+// rsockets over the emulated CM and RC QPs, rdma-core's rsockets protocol on
+// both ends. The server's header line (printed once it listens) is the signal
+// to start the client; stdbuf makes it line-buffered so it arrives at once.
+#include <gtest/gtest.h>
+
+#include "tests/clients/clients.hpp"
+#include "tests/support/process.hpp"
+
+namespace softverbs::test {
+namespace {
+
+constexpr milliseconds kRstreamLimit{60000};
+
+struct RstreamRun {
+  ProcessResult server, client;
+  bool listened = false;
+  bool ok() const { return listened && server.exited_with(0) && client.exited_with(0); }
+  std::string describe() const {
+    return std::string(listened ? "" : "(the server never listened)\n") + "=== server ===\n" + server.describe() +
+           "\n=== client ===\n" + client.describe();
+  }
+};
+
+Env device_env(const char* spec) { return client_env().set("SOFTVERBS_DEVICES", spec); }
+
+RstreamRun run_rstream(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
+                       const char* server_ip, const char* client_ip) {
+  RstreamRun r;
+  std::vector<std::string> sargv = {kLauncher, "run", "--", "stdbuf", "-oL", "rstream", "-b", server_ip};
+  sargv.insert(sargv.end(), server_args.begin(), server_args.end());
+  const Env senv = device_env((std::string("rss@") + server_ip).c_str());
+  Process server(sargv, senv, shown_env(senv));
+  const auto server_deadline = Clock::now() + kRstreamLimit;
+  r.listened = server.wait_for_output("usec/xfer", kRstreamLimit);
+  if (!r.listened) {
+    r.server = server.wait(milliseconds(5000));
+    return r;
+  }
+  std::vector<std::string> cargv = {kLauncher, "run", "--", "rstream", "-s", server_ip};
+  cargv.insert(cargv.end(), client_args.begin(), client_args.end());
+  const Env cenv = device_env((std::string("rsc@") + client_ip).c_str());
+  Process client(cargv, cenv, shown_env(cenv));
+  BothResult both = wait_both(client, Clock::now() + kRstreamLimit, server, server_deadline, milliseconds(5000));
+  r.client = std::move(both.a);
+  r.server = std::move(both.b);
+  return r;
+}
+
+TEST(Rstream, CustomSizeBlockingPair) {
+  if (auto ok = installed("/usr/bin/rstream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
+  RstreamRun r = run_rstream({"-S", "4096", "-C", "100", "-T", "b", "-T", "v"},
+                             {"-S", "4096", "-C", "100", "-T", "b", "-T", "v"},
+                             "127.0.0.74", "127.0.0.75");
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_NE(r.client.out.find("custom"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.client.out.find("verification failed"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.server.out.find("verification failed"), std::string::npos) << r.describe();
+}
+
+// rpoll before every call, addresses through rdma_getaddrinfo (RDMA_ROUTE),
+// transfers larger than the 1 MiB buffers rstream asks for.
+TEST(Rstream, AsyncPollWithLargeTransfers) {
+  if (auto ok = installed("/usr/bin/rstream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
+  RstreamRun r = run_rstream({"-S", "1500000", "-C", "10", "-T", "a", "-T", "r", "-T", "v"},
+                             {"-S", "1500000", "-C", "10", "-T", "a", "-T", "r", "-T", "v"},
+                             "127.0.0.76", "127.0.0.77");
+  ASSERT_TRUE(r.ok()) << r.describe();
+}
+
+// rstream's default: O_NONBLOCK sockets (a non-blocking connect finished by
+// rpoll and SO_ERROR) and MSG_DONTWAIT calls in a loop.
+TEST(Rstream, NonBlockingSmallMessages) {
+  if (auto ok = installed("/usr/bin/rstream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
+  RstreamRun r = run_rstream({"-S", "64", "-C", "500", "-T", "n"}, {"-S", "64", "-C", "500", "-T", "n"},
+                             "127.0.0.78", "127.0.0.79");
+  ASSERT_TRUE(r.ok()) << r.describe();
+}
+
+}  // namespace
+}  // namespace softverbs::test
