@@ -1,9 +1,13 @@
-// rdmacm-utils' rstream, unmodified, between two processes through the
+// rdmacm-utils' rstream and rcopy, unmodified, between two processes through the
 // launcher (`softverbs run --`), each with a device of its own: stream
 // rsockets over the emulated CM and RC QPs, rdma-core's rsockets protocol on
 // both ends. The server's header line (printed once it listens) is the signal
 // to start the client; stdbuf makes it line-buffered so it arrives at once.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
 
 #include "tests/clients/clients.hpp"
 #include "tests/support/process.hpp"
@@ -76,6 +80,33 @@ TEST(Rstream, NonBlockingSmallMessages) {
   RstreamRun r = run_rstream({"-S", "64", "-C", "500", "-T", "n"}, {"-S", "64", "-C", "500", "-T", "n"},
                              "127.0.0.78", "127.0.0.79");
   ASSERT_TRUE(r.ok()) << r.describe();
+}
+
+// rcopy copies a file through rsockets to a server that runs until killed.
+TEST(Rcopy, CopiesAFileToTheServer) {
+  if (auto ok = installed("/usr/bin/rcopy", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
+  const std::string src = ::testing::TempDir() + "rcopy_src_" + std::to_string(::getpid());
+  const std::string dst = src + ".copy";
+  std::string data(1 << 21, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 2654435761u >> 13);
+  std::ofstream(src, std::ios::binary) << data;
+  ::unlink(dst.c_str());
+
+  const Env senv = device_env("rcs@127.0.0.80");
+  Process server({kLauncher, "run", "--", "stdbuf", "-oL", "rcopy"}, senv, shown_env(senv));
+  ASSERT_TRUE(server.wait_for_output("waiting for connection", kRstreamLimit))
+      << server.wait(milliseconds(1000)).describe();
+  const Env cenv = device_env("rcc@127.0.0.81");
+  ProcessResult client = run_client({kLauncher, "run", "--", "rcopy", src, "127.0.0.80:" + dst}, cenv, kRstreamLimit);
+  ASSERT_TRUE(client.exited_with(0)) << client.describe();
+  EXPECT_NE(client.out.find("done"), std::string::npos) << client.describe();
+  // The server closes the file before it waits for the next connection.
+  ASSERT_TRUE(server.wait_for_output("closing...done", kRstreamLimit)) << server.wait(milliseconds(1000)).describe();
+  std::ifstream in(dst, std::ios::binary);
+  const std::string copied((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(copied == data) << "copied " << copied.size() << " of " << data.size() << " bytes";
+  ::unlink(src.c_str());
+  ::unlink(dst.c_str());
 }
 
 }  // namespace
