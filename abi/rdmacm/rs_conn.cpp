@@ -81,6 +81,7 @@ void* page_alloc(size_t len) {
 
 void free_ep(Rsocket& rs) {
   if (rs.id && rs.id->qp) rdma_destroy_qp(rs.id);
+  free_iomaps(rs);
   if (rs.smr) ibv_dereg_mr(rs.smr);
   if (rs.rmr) ibv_dereg_mr(rs.rmr);
   if (rs.target_mr) ibv_dereg_mr(rs.target_mr);
@@ -158,6 +159,8 @@ int create_ep(Rsocket& rs) {
   rs.target_mr = ibv_reg_mr(rs.pd, rs.target_list, tlen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!rs.target_mr) return -1;
   rs.target_sgl = reinterpret_cast<volatile RsSge*>(rs.target_list);
+  if (rs.target_iomap_size)
+    rs.target_iomap = reinterpret_cast<volatile RsIomap*>(rs.target_list + sizeof(RsSge) * kSglSize);
 
   rs.rbuf = static_cast<uint8_t*>(page_alloc(rs.rbuf_size));
   if (!rs.rbuf) return fail(ENOMEM);
@@ -216,6 +219,7 @@ void save_conn_data(Rsocket& rs, const RsConnData& c) {
   rs.target_sgl[0].length = be32toh(c.data_buf.length);
   rs.target_sgl[0].key = be32toh(c.data_buf.key);
   rs.sseq_comp = be16toh(c.credits);
+  rs.iomap_slots.assign(rs.remote_iomap.length, Rsocket::IoMapping{});
 }
 
 // The errno a failed CM step reports, as librdmacm's synchronous calls do.

@@ -18,6 +18,8 @@ int fail(int err) {
   return -1;
 }
 
+}  // namespace
+
 int post_send(Rsocket& rs, ibv_send_wr& wr) {
   ibv_send_wr* bad = nullptr;
   if (int e = ibv_post_send(rs.id->qp, &wr, &bad)) return fail(e);
@@ -39,9 +41,54 @@ int post_write_msg(Rsocket& rs, ibv_sge* sgl, int nsge, uint32_t msg, int flags,
   return post_send(rs, wr);
 }
 
+
 uint32_t sbuf_left(const Rsocket& rs) {
   return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(rs.sbuf + rs.sbuf_size) - rs.ssgl[0].addr);
 }
+
+bool conn_can_send(const Rsocket& rs) { return can_send(rs) || !(rs.state & kWritable); }
+
+// Copies len bytes from an iovec cursor.
+void copy_iov(uint8_t* dst, const iovec*& iov, size_t& offset, size_t len) {
+  while (len) {
+    const size_t n = std::min(iov->iov_len - offset, len);
+    std::memcpy(dst, static_cast<const uint8_t*>(iov->iov_base) + offset, n);
+    dst += n;
+    len -= n;
+    offset += n;
+    if (offset == iov->iov_len) {
+      ++iov;
+      offset = 0;
+    }
+  }
+}
+
+// Copies len bytes from the cursor into the send buffer at its write
+// position, wrapping at its end; sets ssgl and returns how many SGEs.
+int stage(Rsocket& rs, const iovec*& cur, size_t& offset, uint32_t len) {
+  if (len <= sbuf_left(rs)) {
+    copy_iov(reinterpret_cast<uint8_t*>(rs.ssgl[0].addr), cur, offset, len);
+    rs.ssgl[0].length = len;
+    return 1;
+  }
+  rs.ssgl[0].length = sbuf_left(rs);
+  copy_iov(reinterpret_cast<uint8_t*>(rs.ssgl[0].addr), cur, offset, rs.ssgl[0].length);
+  rs.ssgl[1].length = len - rs.ssgl[0].length;
+  copy_iov(rs.sbuf, cur, offset, rs.ssgl[1].length);
+  return 2;
+}
+
+// Moves the send buffer's write position past what stage() placed.
+void staged(Rsocket& rs, int nsge, uint32_t len) {
+  if (nsge == 2)
+    rs.ssgl[0].addr = reinterpret_cast<uintptr_t>(rs.sbuf) + rs.ssgl[1].length;
+  else if (len < sbuf_left(rs))
+    rs.ssgl[0].addr += len;
+  else
+    rs.ssgl[0].addr = reinterpret_cast<uintptr_t>(rs.sbuf);
+}
+
+namespace {
 
 bool ctrl_avail(const Rsocket& rs) { return rs.ctrl_seqno != rs.ctrl_max_seqno; }
 
@@ -107,27 +154,11 @@ int write_data(Rsocket& rs, ibv_sge* sgl, int nsge, uint32_t length, int flags) 
   return post_write_msg(rs, sgl, nsge, msg_set(kOpData, length), flags, addr, rkey);
 }
 
-bool conn_can_send(const Rsocket& rs) { return can_send(rs) || !(rs.state & kWritable); }
 bool conn_have_rdata(const Rsocket& rs) { return have_rdata(rs) || !(rs.state & kReadable); }
 bool conn_can_send_ctrl(const Rsocket& rs) { return ctrl_avail(rs) || !(rs.state & kConnected); }
 bool conn_all_sends_done(const Rsocket& rs) {
   return (static_cast<int>(rs.ctrl_max_seqno) - static_cast<int>(rs.ctrl_seqno)) + rs.sqe_avail == rs.sq_size ||
          !(rs.state & kConnected);
-}
-
-// Copies len bytes from an iovec cursor.
-void copy_iov(uint8_t* dst, const iovec*& iov, size_t& offset, size_t len) {
-  while (len) {
-    const size_t n = std::min(iov->iov_len - offset, len);
-    std::memcpy(dst, static_cast<const uint8_t*>(iov->iov_base) + offset, n);
-    dst += n;
-    len -= n;
-    offset += n;
-    if (offset == iov->iov_len) {
-      ++iov;
-      offset = 0;
-    }
-  }
 }
 
 }  // namespace
@@ -162,6 +193,8 @@ int poll_cq(Rsocket& rs) {
           rs.sseq_comp = static_cast<uint16_t>(msg_data(msg));
           break;
         case kOpIomapSgl:
+          rs.iomap_updates++;
+          break;
         case kOpWrite:
           break;
         case kOpCtrl:
@@ -294,6 +327,7 @@ ssize_t sendv(Rsocket& rs, std::unique_lock<std::mutex>& lk, const iovec* iov, i
     }
   }
   if (!rs.cq) return fail(ENOTCONN);
+  if (!rs.iomap_queue.empty() && send_iomaps(rs, lk, flags) != 0) return -1;
   size_t len = 0;
   for (int i = 0; i < iovcnt; ++i) len += iov[i].iov_len;
   size_t left = len, offset = 0;
@@ -318,23 +352,9 @@ ssize_t sendv(Rsocket& rs, std::unique_lock<std::mutex>& lk, const iovec* iov, i
     }
     xfer = std::min(xfer, rs.sbuf_bytes_avail);
     xfer = std::min<uint32_t>(xfer, uint32_t{rs.target_sgl[rs.target_sge].length});
-    const int fl = xfer <= rs.sq_inline ? IBV_SEND_INLINE : 0;
-    if (xfer <= sbuf_left(rs)) {
-      copy_iov(reinterpret_cast<uint8_t*>(rs.ssgl[0].addr), cur, offset, xfer);
-      rs.ssgl[0].length = xfer;
-      ret = write_data(rs, rs.ssgl, 1, xfer, fl);
-      if (xfer < sbuf_left(rs))
-        rs.ssgl[0].addr += xfer;
-      else
-        rs.ssgl[0].addr = reinterpret_cast<uintptr_t>(rs.sbuf);
-    } else {
-      rs.ssgl[0].length = sbuf_left(rs);
-      copy_iov(reinterpret_cast<uint8_t*>(rs.ssgl[0].addr), cur, offset, rs.ssgl[0].length);
-      rs.ssgl[1].length = xfer - rs.ssgl[0].length;
-      copy_iov(rs.sbuf, cur, offset, rs.ssgl[1].length);
-      ret = write_data(rs, rs.ssgl, 2, xfer, fl);
-      rs.ssgl[0].addr = reinterpret_cast<uintptr_t>(rs.sbuf) + rs.ssgl[1].length;
-    }
+    const int nsge = stage(rs, cur, offset, xfer);
+    ret = write_data(rs, rs.ssgl, nsge, xfer, xfer <= rs.sq_inline ? IBV_SEND_INLINE : 0);
+    staged(rs, nsge, xfer);
     if (ret) break;
   }
   return (ret && left == len) ? ret : static_cast<ssize_t>(len - left);

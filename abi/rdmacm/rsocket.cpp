@@ -9,7 +9,8 @@
 //  * an option rdma-core does not know: ENOTSUP; SOL_RDMA options once the
 //    socket is connecting: EINVAL; rfcntl commands other than F_GETFL/F_SETFL:
 //    ENOTSUP; ancillary data in rsendmsg/rrecvmsg: ENOTSUP.
-//  * riomap/riounmap/riowrite (RDMA-write I/O mapping): ENOSYS.
+//  * riomap with protections other than PROT_WRITE/PROT_NONE, or before the
+//    connection exists: EINVAL; with every peer slot taken: ENOMEM.
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <rdma/rsocket.h>
@@ -482,15 +483,27 @@ SV_EXPORT int rfcntl(int socket, int cmd, ...) {
   });
 }
 
-SV_EXPORT off_t riomap(int socket, void*, size_t, int, int, off_t) {
-  if (!rs::lookup(socket)) return fail(EBADF);
-  return fail(ENOSYS);
+SV_EXPORT off_t riomap(int socket, void* buf, size_t len, int prot, int /*flags*/, off_t offset) {
+  return guarded(off_t{-1}, [&]() -> off_t {
+    SV_RS_OR_EBADF(socket, -1);
+    std::lock_guard lk(s->mu);
+    return rs::iomap(*s, buf, len, prot, offset);
+  });
 }
-SV_EXPORT int riounmap(int socket, void*, size_t) {
-  if (!rs::lookup(socket)) return fail(EBADF);
-  return fail(ENOSYS);
+
+SV_EXPORT int riounmap(int socket, void* buf, size_t len) {
+  return guarded(-1, [&]() -> int {
+    SV_RS_OR_EBADF(socket, -1);
+    std::lock_guard lk(s->mu);
+    return rs::iounmap(*s, buf, len);
+  });
 }
-SV_EXPORT size_t riowrite(int socket, const void*, size_t, off_t, int) {
-  if (!rs::lookup(socket)) return static_cast<size_t>(fail(EBADF));
-  return static_cast<size_t>(fail(ENOSYS));
+
+// -1 as a size_t on failure, as rdma-core returns it.
+SV_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t offset, int flags) {
+  return static_cast<size_t>(guarded(ssize_t{-1}, [&]() -> ssize_t {
+    SV_RS_OR_EBADF(socket, -1);
+    std::unique_lock lk(s->mu);
+    return rs::iowrite(*s, lk, buf, count, offset, flags);
+  }));
 }

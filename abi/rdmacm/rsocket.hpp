@@ -163,6 +163,19 @@ struct Rsocket {
   int rmsg_head = 0, rmsg_tail = 0;
 
   std::deque<PendingRequest> pending;  // listeners only
+
+  // riomap: the peer's target_iomap_size slots we may fill (mr == NULL: free),
+  // the slots not yet advertised, mappings of ours the peer cannot write, and
+  // the peer's advertised mappings (written by its RDMA writes).
+  struct IoMapping {
+    uint64_t offset = 0;
+    ibv_mr* mr = nullptr;
+  };
+  std::vector<IoMapping> iomap_slots;
+  std::deque<int> iomap_queue;
+  std::vector<ibv_mr*> local_maps;
+  volatile RsIomap* target_iomap = nullptr;
+  unsigned iomap_updates = 0, iomap_seen = 0;  // IOMAP_SGL messages received
 };
 
 using RsPtr = std::shared_ptr<Rsocket>;
@@ -193,6 +206,23 @@ ssize_t recv(Rsocket& rs, std::unique_lock<std::mutex>& lk, void* buf, size_t le
 ssize_t sendv(Rsocket& rs, std::unique_lock<std::mutex>& lk, const iovec* iov, int iovcnt, int flags);
 int shutdown(Rsocket& rs, std::unique_lock<std::mutex>& lk, int how);
 int post_ctrl(Rsocket& rs, uint32_t msg);
+
+// The send side's building blocks, shared with riowrite (rs_iomap.cpp).
+int post_send(Rsocket& rs, ibv_send_wr& wr);
+int post_write_msg(Rsocket& rs, ibv_sge* sgl, int nsge, uint32_t msg, int flags, uint64_t addr, uint32_t rkey);
+uint32_t sbuf_left(const Rsocket& rs);
+bool conn_can_send(const Rsocket& rs);
+void copy_iov(uint8_t* dst, const iovec*& iov, size_t& offset, size_t len);
+int stage(Rsocket& rs, const iovec*& cur, size_t& offset, uint32_t len);
+void staged(Rsocket& rs, int nsge, uint32_t len);
+
+// ---- rs_iomap.cpp ----
+off_t iomap(Rsocket& rs, void* buf, size_t len, int prot, off_t offset);
+int iounmap(Rsocket& rs, void* buf, size_t len);
+// Advertises the queued mappings (before any data, as rdma-core does).
+int send_iomaps(Rsocket& rs, std::unique_lock<std::mutex>& lk, int flags);
+ssize_t iowrite(Rsocket& rs, std::unique_lock<std::mutex>& lk, const void* buf, size_t count, off_t offset, int flags);
+void free_iomaps(Rsocket& rs);
 
 // ---- rs_poll.cpp ----
 using Test = bool (*)(const Rsocket&);

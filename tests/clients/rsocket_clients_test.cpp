@@ -1,4 +1,4 @@
-// rdmacm-utils' rstream and rcopy, unmodified, between two processes through the
+// rdmacm-utils' rstream, riostream and rcopy, unmodified, between two processes through the
 // launcher (`softverbs run --`), each with a device of its own: stream
 // rsockets over the emulated CM and RC QPs, rdma-core's rsockets protocol on
 // both ends. The server's header line (printed once it listens) is the signal
@@ -29,10 +29,11 @@ struct RstreamRun {
 
 Env device_env(const char* spec) { return client_env().set("SOFTVERBS_DEVICES", spec); }
 
-RstreamRun run_rstream(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
-                       const char* server_ip, const char* client_ip) {
+// program is rstream or riostream: the same options.
+RstreamRun run_pair_of(const char* program, const std::vector<std::string>& server_args,
+                       const std::vector<std::string>& client_args, const char* server_ip, const char* client_ip) {
   RstreamRun r;
-  std::vector<std::string> sargv = {kLauncher, "run", "--", "stdbuf", "-oL", "rstream", "-b", server_ip};
+  std::vector<std::string> sargv = {kLauncher, "run", "--", "stdbuf", "-oL", program, "-b", server_ip};
   sargv.insert(sargv.end(), server_args.begin(), server_args.end());
   const Env senv = device_env((std::string("rss@") + server_ip).c_str());
   Process server(sargv, senv, shown_env(senv));
@@ -42,7 +43,7 @@ RstreamRun run_rstream(const std::vector<std::string>& server_args, const std::v
     r.server = server.wait(milliseconds(5000));
     return r;
   }
-  std::vector<std::string> cargv = {kLauncher, "run", "--", "rstream", "-s", server_ip};
+  std::vector<std::string> cargv = {kLauncher, "run", "--", program, "-s", server_ip};
   cargv.insert(cargv.end(), client_args.begin(), client_args.end());
   const Env cenv = device_env((std::string("rsc@") + client_ip).c_str());
   Process client(cargv, cenv, shown_env(cenv));
@@ -50,6 +51,11 @@ RstreamRun run_rstream(const std::vector<std::string>& server_args, const std::v
   r.client = std::move(both.a);
   r.server = std::move(both.b);
   return r;
+}
+
+RstreamRun run_rstream(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
+                       const char* server_ip, const char* client_ip) {
+  return run_pair_of("rstream", server_args, client_args, server_ip, client_ip);
 }
 
 TEST(Rstream, CustomSizeBlockingPair) {
@@ -80,6 +86,18 @@ TEST(Rstream, NonBlockingSmallMessages) {
   RstreamRun r = run_rstream({"-S", "64", "-C", "500", "-T", "n"}, {"-S", "64", "-C", "500", "-T", "n"},
                              "127.0.0.78", "127.0.0.79");
   ASSERT_TRUE(r.ok()) << r.describe();
+}
+
+// riostream: each side maps its buffer (riomap, RDMA_IOMAPSIZE 1) and the
+// other riowrites into it, while the reader spins on the buffer's last byte.
+TEST(Riostream, BlockingAndPollingPairs) {
+  if (auto ok = installed("/usr/bin/riostream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
+  for (const char* mode : {"b", "a"}) {
+    const std::vector<std::string> args = {"-S", "300000", "-C", "20", "-T", mode, "-T", "v"};
+    RstreamRun r = run_pair_of("riostream", args, args, "127.0.0.82", "127.0.0.83");
+    ASSERT_TRUE(r.ok()) << "-T " << mode << "\n" << r.describe();
+    EXPECT_NE(r.client.out.find("custom"), std::string::npos) << r.describe();
+  }
 }
 
 // rcopy copies a file through rsockets to a server that runs until killed.

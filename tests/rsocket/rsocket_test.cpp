@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <algorithm>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -119,8 +120,10 @@ TEST(Rsocket, ErrorsAreRdmaCores) {
   EXPECT_EQ(errno, ENOTSUP);
   EXPECT_EQ(rfcntl(fd, F_GETFD), -1);
   EXPECT_EQ(errno, ENOTSUP);
-  EXPECT_EQ(riomap(fd, b, sizeof b, PROT_WRITE, 0, -1), -1);
-  EXPECT_EQ(errno, ENOSYS);
+  EXPECT_EQ(riomap(fd, b, sizeof b, PROT_WRITE, 0, -1), -1);  // not connected
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(riounmap(fd, b, sizeof b), -1);
+  EXPECT_EQ(errno, EINVAL);
   sockaddr_in nowhere = addr("10.255.255.1", 1);
   EXPECT_EQ(rbind(fd, reinterpret_cast<sockaddr*>(&nowhere), sizeof nowhere), -1);
   EXPECT_EQ(errno, EADDRNOTAVAIL);
@@ -264,6 +267,52 @@ TEST(Rsocket, NonBlockingConnectAndPoll) {
   ASSERT_EQ(rselect(c + 1, &rd, nullptr, nullptr, &tv), 1);
   EXPECT_TRUE(FD_ISSET(c, &rd));
   EXPECT_EQ(rrecv(c, b, sizeof b, 0), 4);
+  rclose(c);
+  rclose(s);
+  rclose(l);
+}
+
+TEST(Rsocket, RiowriteLandsInTheMappedBuffer) {
+  // Both sides get one iomap slot; the listener's accepted socket inherits it.
+  int l = listener(7604);
+  ASSERT_GE(l, 0);
+  int one = 1;
+  ASSERT_EQ(rsetsockopt(l, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof one), 0);
+  auto server = std::async(std::launch::async, [l] {
+    if (!(wait_for(l, POLLIN) & POLLIN)) return -1;
+    return raccept(l, nullptr, nullptr);
+  });
+  int c = rsocket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(rsetsockopt(c, SOL_RDMA, RDMA_IOMAPSIZE, &one, sizeof one), 0);
+  sockaddr_in a = addr("127.0.0.54", 7604);
+  ASSERT_EQ(rconnect(c, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << strerror(errno);
+  int s = server.get();
+  ASSERT_GE(s, 0);
+
+  std::vector<uint8_t> target(200000, 0), other(64);
+  ASSERT_EQ(riomap(s, target.data(), target.size(), PROT_WRITE, 0, 4096), 4096);
+  EXPECT_EQ(riomap(s, other.data(), other.size(), PROT_WRITE, 0, 0), -1);  // the peer has one slot
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(riomap(s, other.data(), other.size(), PROT_EXEC, 0, 0), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // The mapping is advertised ahead of the next data.
+  ASSERT_EQ(rsend(s, "go", 2, 0), 2);
+  char go[2];
+  ASSERT_EQ(rrecv(c, go, sizeof go, MSG_WAITALL), 2);
+
+  std::vector<uint8_t> data(target.size() - 100);
+  std::iota(data.begin(), data.end(), uint8_t{3});
+  ASSERT_EQ(riowrite(c, data.data(), data.size(), 4096 + 100, 0), data.size());
+  // The writes are done once a later message arrives (RC keeps the order).
+  ASSERT_EQ(rsend(c, "ok", 2, 0), 2);
+  ASSERT_EQ(rrecv(s, go, sizeof go, MSG_WAITALL), 2);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), target.begin() + 100));
+  EXPECT_EQ(target[99], 0);
+  // Past the mapping: nothing is written, a short count.
+  EXPECT_EQ(riowrite(c, data.data(), 200, 4096 + target.size() - 50, 0), 50u);
+  EXPECT_EQ(riounmap(s, target.data(), target.size()), 0);
+  EXPECT_EQ(riounmap(s, target.data(), target.size()), -1);
+  EXPECT_EQ(errno, EINVAL);
   rclose(c);
   rclose(s);
   rclose(l);
