@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <iterator>
 
 #include "tests/clients/clients.hpp"
@@ -125,6 +127,71 @@ TEST(Rcopy, CopiesAFileToTheServer) {
   EXPECT_TRUE(copied == data) << "copied " << copied.size() << " of " << data.size() << " bytes";
   ::unlink(src.c_str());
   ::unlink(dst.c_str());
+}
+
+// Whether any process listens on TCP port `port` (/proc/net/tcp, tcp6: the
+// local address ends in ":PORT" in hex, state 0A).
+bool tcp_port_listened(uint16_t port) {
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, ":%04X", port);
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      std::string sl, local, remote, state;
+      fields >> sl >> local >> remote >> state;
+      if (state == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, suffix) == 0) return true;
+    }
+  }
+  return false;
+}
+
+// `softverbs run --rsockets`: a Python TCP pair whose sockets are rsockets
+// (librspreload.so). The server never listens on a TCP port.
+TEST(Rspreload, PythonTcpPairOverRsockets) {
+  if (auto ok = installed("/usr/bin/python3", "python3"); !ok) GTEST_SKIP() << ok.message();
+  const char* script = R"(
+import socket, sys
+port = int(sys.argv[3])
+if sys.argv[1] == 's':
+    l = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind((sys.argv[2], port)); l.listen(1)
+    print('listening', flush=True)
+    c, a = l.accept()
+    data = b''
+    while len(data) < 1000192:
+        d = c.recv(65536)
+        if not d: break
+        data += d
+    c.sendall(data[::-1][:1000])
+    print('server got', len(data), 'from', a[0], flush=True)
+    c.close(); l.close()
+else:
+    c = socket.create_connection((sys.argv[2], port))
+    c.sendall(bytes(range(256)) * 3907)
+    back = b''
+    while len(back) < 1000:
+        d = c.recv(1000)
+        if not d: break
+        back += d
+    print('client got', len(back), back[:2].hex(), flush=True)
+    c.close()
+)";
+  const Env senv = device_env("rps@127.0.0.84");
+  Process server({kLauncher, "run", "--rsockets", "--", "python3", "-c", script, "s", "127.0.0.84", "7479"}, senv,
+                 shown_env(senv));
+  ASSERT_TRUE(server.wait_for_output("listening", kRstreamLimit)) << server.wait(milliseconds(1000)).describe();
+  EXPECT_FALSE(tcp_port_listened(7479)) << "the server listens on TCP: no rsocket";
+  const Env cenv = device_env("rpc@127.0.0.85");
+  ProcessResult client = run_client(
+      {kLauncher, "run", "--rsockets", "--", "python3", "-c", script, "c", "127.0.0.84", "7479"}, cenv,
+      kRstreamLimit);
+  ProcessResult s = server.wait(kRstreamLimit);
+  ASSERT_TRUE(client.exited_with(0)) << client.describe() << s.describe();
+  ASSERT_TRUE(s.exited_with(0)) << s.describe();
+  EXPECT_NE(client.out.find("client got 1000 fffe"), std::string::npos) << client.describe();
+  EXPECT_NE(s.out.find("server got 1000192 from 127.0.0.85"), std::string::npos) << s.describe();
 }
 
 }  // namespace
