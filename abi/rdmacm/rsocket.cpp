@@ -63,7 +63,8 @@ void put_int(void* optval, socklen_t* optlen, int v) {
 
 // rdma-core's rsetsockopt, option by option (the option bits kept in
 // so_opts/tcp_opts/ipv6_opts answer rgetsockopt).
-int setsockopt_locked(rs::Rsocket& r, int level, int optname, const void* optval, socklen_t optlen) {
+int setsockopt_locked(const rs::RsPtr& sp, int level, int optname, const void* optval, socklen_t optlen) {
+  rs::Rsocket& r = *sp;
   uint64_t* opts = nullptr;
   bool on = false;
   int v = 0;
@@ -98,8 +99,8 @@ int setsockopt_locked(rs::Rsocket& r, int level, int optname, const void* optval
         case SO_KEEPALIVE:
           if (get_int(optval, optlen, &v)) return -1;
           if (v && !r.keepalive_time) r.keepalive_time = default_keepalive_time();
+          ret = rs::keepalive(sp, v != 0, r.keepalive_time);
           on = v;
-          ret = 0;
           break;
         case SO_OOBINLINE:
           if (get_int(optval, optlen, &v)) return -1;
@@ -122,7 +123,7 @@ int setsockopt_locked(rs::Rsocket& r, int level, int optname, const void* optval
           if (get_int(optval, optlen, &v)) return -1;
           if (v <= 0) return fail(EINVAL);
           r.keepalive_time = static_cast<unsigned>(v);
-          ret = 0;
+          ret = (r.so_opts >> SO_KEEPALIVE) & 1 ? rs::keepalive(sp, true, r.keepalive_time) : 0;
           break;
         case TCP_NODELAY:
           if (get_int(optval, optlen, &v)) return -1;
@@ -451,7 +452,7 @@ SV_EXPORT int rsetsockopt(int socket, int level, int optname, const void* optval
   return guarded(-1, [&]() -> int {
     SV_RS_OR_EBADF(socket, -1);
     std::lock_guard lk(s->mu);
-    return setsockopt_locked(*s, level, optname, optval, optlen);
+    return setsockopt_locked(s, level, optname, optval, optlen);
   });
 }
 

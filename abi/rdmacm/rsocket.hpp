@@ -224,6 +224,11 @@ int send_iomaps(Rsocket& rs, std::unique_lock<std::mutex>& lk, int flags);
 ssize_t iowrite(Rsocket& rs, std::unique_lock<std::mutex>& lk, const void* buf, size_t count, off_t offset, int flags);
 void free_iomaps(Rsocket& rs);
 
+// ---- rs_keepalive.cpp ----
+// Starts (or re-times, or with !on stops) the socket's keepalives, every
+// `seconds`. Called with rs->mu held.
+int keepalive(const RsPtr& rs, bool on, unsigned seconds);
+
 // ---- rs_poll.cpp ----
 using Test = bool (*)(const Rsocket&);
 // Processes completions until test(rs) holds; EWOULDBLOCK when `nonblock`

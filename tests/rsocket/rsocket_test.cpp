@@ -318,6 +318,36 @@ TEST(Rsocket, RiowriteLandsInTheMappedBuffer) {
   rclose(l);
 }
 
+// Keepalives every second (zero-length RDMA WRITEs on the control slots)
+// leave the connection and its data alone.
+TEST(Rsocket, KeepaliveProbesKeepTheConnection) {
+  auto [c, s] = connected_pair(7605);
+  ASSERT_GE(c, 0);
+  ASSERT_GE(s, 0);
+  int one = 1, v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(rsetsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof one), 0);
+  ASSERT_EQ(rsetsockopt(c, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one), 0);
+  ASSERT_EQ(rgetsockopt(c, SOL_SOCKET, SO_KEEPALIVE, &v, &len), 0);
+  EXPECT_EQ(v, 1);
+  ASSERT_EQ(rgetsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+  EXPECT_EQ(v, 1);
+  int zero = 0;
+  EXPECT_EQ(rsetsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &zero, sizeof zero), -1);
+  EXPECT_EQ(errno, EINVAL);
+  // More than 2 probes' time with nothing to read on either side: no event.
+  pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+  EXPECT_EQ(rpoll(p, 2, 2500), 0);
+  ASSERT_EQ(rsend(c, "after", 5, 0), 5);
+  char b[5];
+  ASSERT_EQ(rrecv(s, b, sizeof b, MSG_WAITALL), 5);
+  EXPECT_EQ(std::memcmp(b, "after", 5), 0);
+  ASSERT_EQ(rsend(s, "back", 4, 0), 4);
+  ASSERT_EQ(rrecv(c, b, 4, MSG_WAITALL), 4);
+  rclose(c);
+  rclose(s);
+}
+
 TEST(Rsocket, ConnectWithoutListenerIsRefused) {
   int c = rsocket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = addr("127.0.0.54", 7699);
