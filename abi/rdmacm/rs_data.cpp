@@ -41,7 +41,6 @@ int post_write_msg(Rsocket& rs, ibv_sge* sgl, int nsge, uint32_t msg, int flags,
   return post_send(rs, wr);
 }
 
-
 uint32_t sbuf_left(const Rsocket& rs) {
   return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(rs.sbuf + rs.sbuf_size) - rs.ssgl[0].addr);
 }

@@ -124,8 +124,7 @@ int send_iomaps(Rsocket& rs, std::unique_lock<std::mutex>& lk, int flags) {
   return 0;
 }
 
-ssize_t iowrite(Rsocket& rs, std::unique_lock<std::mutex>& lk, const void* buf, size_t count, off_t offset,
-                int flags) {
+ssize_t iowrite(Rsocket& rs, std::unique_lock<std::mutex>& lk, const void* buf, size_t count, off_t offset, int flags) {
   if (!rs.cq) return fail(ENOTCONN);
   if (!rs.iomap_queue.empty() && send_iomaps(rs, lk, flags) != 0) return -1;
   iovec v{const_cast<void*>(buf), count};
@@ -150,9 +149,8 @@ ssize_t iowrite(Rsocket& rs, std::unique_lock<std::mutex>& lk, const void* buf, 
         // the peer's next advertisement (EAGAIN when not blocking).
         if (left != count) break;
         rs.iomap_seen = rs.iomap_updates;
-        ret = get_comp(rs, lk, nonblocking(rs, flags), [](const Rsocket& r) {
-          return r.iomap_updates != r.iomap_seen || !(r.state & kWritable);
-        });
+        ret = get_comp(rs, lk, nonblocking(rs, flags),
+                       [](const Rsocket& r) { return r.iomap_updates != r.iomap_seen || !(r.state & kWritable); });
         if (ret) break;
         if (!(rs.state & kWritable)) {
           ret = fail(ECONNRESET);

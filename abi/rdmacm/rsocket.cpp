@@ -11,6 +11,8 @@
 //    ENOTSUP; ancillary data in rsendmsg/rrecvmsg: ENOTSUP.
 //  * riomap with protections other than PROT_WRITE/PROT_NONE, or before the
 //    connection exists: EINVAL; with every peer slot taken: ENOMEM.
+#include "abi/rdmacm/rsocket.hpp"
+
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <rdma/rsocket.h>
@@ -21,7 +23,6 @@
 #include <cstring>
 
 #include "abi/common/export.hpp"
-#include "abi/rdmacm/rsocket.hpp"
 
 namespace rs = softverbs::abi::rs;
 using softverbs::abi::guarded;

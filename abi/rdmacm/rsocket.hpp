@@ -26,9 +26,9 @@
 
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/select.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 
 #include <cstdint>
@@ -40,14 +40,14 @@
 namespace softverbs::abi::rs {
 
 // rdma-core's constants (rsocket.c).
-inline constexpr uint32_t kOlapStart = 2048;      // RS_OLAP_START_SIZE
-inline constexpr uint32_t kMaxTransfer = 65536;   // RS_MAX_TRANSFER
-inline constexpr uint32_t kSndLowat = 2048;       // RS_SNDLOWAT
-inline constexpr uint16_t kQpMinSize = 16;        // RS_QP_MIN_SIZE
-inline constexpr uint16_t kQpMaxSize = 0xFFFE;    // RS_QP_MAX_SIZE
-inline constexpr unsigned kQpCtrlSize = 4;        // RS_QP_CTRL_SIZE, a power of 2
-inline constexpr int kConnRetries = 6;            // RS_CONN_RETRIES
-inline constexpr int kSglSize = 2;                // RS_SGL_SIZE
+inline constexpr uint32_t kOlapStart = 2048;     // RS_OLAP_START_SIZE
+inline constexpr uint32_t kMaxTransfer = 65536;  // RS_MAX_TRANSFER
+inline constexpr uint32_t kSndLowat = 2048;      // RS_SNDLOWAT
+inline constexpr uint16_t kQpMinSize = 16;       // RS_QP_MIN_SIZE
+inline constexpr uint16_t kQpMaxSize = 0xFFFE;   // RS_QP_MAX_SIZE
+inline constexpr unsigned kQpCtrlSize = 4;       // RS_QP_CTRL_SIZE, a power of 2
+inline constexpr int kConnRetries = 6;           // RS_CONN_RETRIES
+inline constexpr int kSglSize = 2;               // RS_SGL_SIZE
 inline constexpr uint16_t kDefInline = 64;
 inline constexpr uint16_t kDefSqSize = 384;
 inline constexpr uint16_t kDefRqSize = 384;
@@ -72,8 +72,8 @@ struct RsIomap {
   RsSge sge;
 };
 struct RsConnData {
-  uint8_t version;  // 1
-  uint8_t flags;    // kConnFlagNet: the sender's SGL updates are big-endian
+  uint8_t version;   // 1
+  uint8_t flags;     // kConnFlagNet: the sender's SGL updates are big-endian
   uint16_t credits;  // big-endian
   uint8_t reserved[3];
   uint8_t target_iomap_size;  // rs_value_to_scale(entries, 8)

@@ -62,8 +62,8 @@ int map_new(int domain, int r) {
 SV_PRELOAD int socket(int domain, int type, int protocol) {
   SV_REAL(socket);
   const int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-  const bool tcp = (domain == AF_INET || domain == AF_INET6) && base == SOCK_STREAM &&
-                   (protocol == 0 || protocol == IPPROTO_TCP);
+  const bool tcp =
+      (domain == AF_INET || domain == AF_INET6) && base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
   const int fd = real_socket(domain, type, protocol);
   if (!tcp || fd < 0 || fd >= kMaxFd) return fd;
   const int saved = errno;

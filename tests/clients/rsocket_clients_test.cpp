@@ -8,8 +8,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <iterator>
+#include <sstream>
 
 #include "tests/clients/clients.hpp"
 #include "tests/support/process.hpp"
@@ -63,8 +63,7 @@ RstreamRun run_rstream(const std::vector<std::string>& server_args, const std::v
 TEST(Rstream, CustomSizeBlockingPair) {
   if (auto ok = installed("/usr/bin/rstream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
   RstreamRun r = run_rstream({"-S", "4096", "-C", "100", "-T", "b", "-T", "v"},
-                             {"-S", "4096", "-C", "100", "-T", "b", "-T", "v"},
-                             "127.0.0.74", "127.0.0.75");
+                             {"-S", "4096", "-C", "100", "-T", "b", "-T", "v"}, "127.0.0.74", "127.0.0.75");
   ASSERT_TRUE(r.ok()) << r.describe();
   EXPECT_NE(r.client.out.find("custom"), std::string::npos) << r.describe();
   EXPECT_EQ(r.client.out.find("verification failed"), std::string::npos) << r.describe();
@@ -75,9 +74,9 @@ TEST(Rstream, CustomSizeBlockingPair) {
 // transfers larger than the 1 MiB buffers rstream asks for.
 TEST(Rstream, AsyncPollWithLargeTransfers) {
   if (auto ok = installed("/usr/bin/rstream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
-  RstreamRun r = run_rstream({"-S", "1500000", "-C", "10", "-T", "a", "-T", "r", "-T", "v"},
-                             {"-S", "1500000", "-C", "10", "-T", "a", "-T", "r", "-T", "v"},
-                             "127.0.0.76", "127.0.0.77");
+  RstreamRun r =
+      run_rstream({"-S", "1500000", "-C", "10", "-T", "a", "-T", "r", "-T", "v"},
+                  {"-S", "1500000", "-C", "10", "-T", "a", "-T", "r", "-T", "v"}, "127.0.0.76", "127.0.0.77");
   ASSERT_TRUE(r.ok()) << r.describe();
 }
 
@@ -85,8 +84,8 @@ TEST(Rstream, AsyncPollWithLargeTransfers) {
 // rpoll and SO_ERROR) and MSG_DONTWAIT calls in a loop.
 TEST(Rstream, NonBlockingSmallMessages) {
   if (auto ok = installed("/usr/bin/rstream", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
-  RstreamRun r = run_rstream({"-S", "64", "-C", "500", "-T", "n"}, {"-S", "64", "-C", "500", "-T", "n"},
-                             "127.0.0.78", "127.0.0.79");
+  RstreamRun r = run_rstream({"-S", "64", "-C", "500", "-T", "n"}, {"-S", "64", "-C", "500", "-T", "n"}, "127.0.0.78",
+                             "127.0.0.79");
   ASSERT_TRUE(r.ok()) << r.describe();
 }
 
@@ -185,8 +184,7 @@ else:
   EXPECT_FALSE(tcp_port_listened(7479)) << "the server listens on TCP: no rsocket";
   const Env cenv = device_env("rpc@127.0.0.85");
   ProcessResult client = run_client(
-      {kLauncher, "run", "--rsockets", "--", "python3", "-c", script, "c", "127.0.0.84", "7479"}, cenv,
-      kRstreamLimit);
+      {kLauncher, "run", "--rsockets", "--", "python3", "-c", script, "c", "127.0.0.84", "7479"}, cenv, kRstreamLimit);
   ProcessResult s = server.wait(kRstreamLimit);
   ASSERT_TRUE(client.exited_with(0)) << client.describe() << s.describe();
   ASSERT_TRUE(s.exited_with(0)) << s.describe();

@@ -13,10 +13,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
-#include <algorithm>
 #include <numeric>
 #include <thread>
 #include <vector>
