@@ -326,6 +326,10 @@ ssize_t sendv(Rsocket& rs, std::unique_lock<std::mutex>& lk, const iovec* iov, i
     }
   }
   if (!rs.cq) return fail(ENOTCONN);
+  // Shut for writing, or the peer is gone: rdma-core's ECONNRESET (it
+  // reports it only once it has to wait; here at once, so no data is
+  // posted after the SHUTDOWN message).
+  if (!(rs.state & kWritable)) return fail(ECONNRESET);
   if (!rs.iomap_queue.empty() && send_iomaps(rs, lk, flags) != 0) return -1;
   size_t len = 0;
   for (int i = 0; i < iovcnt; ++i) len += iov[i].iov_len;

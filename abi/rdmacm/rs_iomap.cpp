@@ -126,6 +126,7 @@ int send_iomaps(Rsocket& rs, std::unique_lock<std::mutex>& lk, int flags) {
 
 ssize_t iowrite(Rsocket& rs, std::unique_lock<std::mutex>& lk, const void* buf, size_t count, off_t offset, int flags) {
   if (!rs.cq) return fail(ENOTCONN);
+  if (!(rs.state & kWritable)) return fail(ECONNRESET);  // as rsend
   if (!rs.iomap_queue.empty() && send_iomaps(rs, lk, flags) != 0) return -1;
   iovec v{const_cast<void*>(buf), count};
   const iovec* cur = &v;

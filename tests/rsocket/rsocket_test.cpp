@@ -12,6 +12,7 @@
 #include <rdma/rsocket.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -344,6 +345,49 @@ TEST(Rsocket, KeepaliveProbesKeepTheConnection) {
   EXPECT_EQ(std::memcmp(b, "after", 5), 0);
   ASSERT_EQ(rsend(s, "back", 4, 0), 4);
   ASSERT_EQ(rrecv(c, b, 4, MSG_WAITALL), 4);
+  rclose(c);
+  rclose(s);
+}
+
+// SHUT_WR: the peer reads the end of the stream and may still answer.
+TEST(Rsocket, HalfCloseLetsThePeerAnswer) {
+  auto [c, s] = connected_pair(7606);
+  ASSERT_GE(c, 0);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(rsend(c, "question", 8, 0), 8);
+  ASSERT_EQ(rshutdown(c, SHUT_WR), 0);
+  char b[16];
+  ASSERT_EQ(rrecv(s, b, 8, MSG_WAITALL), 8);
+  EXPECT_EQ(rrecv(s, b, sizeof b, 0), 0);  // end of stream
+  ASSERT_EQ(rsend(s, "answer", 6, 0), 6);
+  ASSERT_EQ(rrecv(c, b, 6, MSG_WAITALL), 6);
+  EXPECT_EQ(std::memcmp(b, "answer", 6), 0);
+  EXPECT_EQ(rsend(c, "more", 4, 0), -1);  // our side is shut for writing
+  EXPECT_EQ(errno, ECONNRESET);
+  rclose(c);
+  rclose(s);
+}
+
+// rpoll takes ordinary descriptors beside rsockets.
+TEST(Rsocket, PollMixesRsocketsAndPipes) {
+  auto [c, s] = connected_pair(7607);
+  ASSERT_GE(c, 0);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pollfd fds[2] = {{c, POLLIN, 0}, {p[0], POLLIN, 0}};
+  EXPECT_EQ(rpoll(fds, 2, 0), 0);
+  ASSERT_EQ(write(p[1], "x", 1), 1);
+  ASSERT_EQ(rpoll(fds, 2, kWaitMs), 1);
+  EXPECT_EQ(fds[0].revents, 0);
+  EXPECT_EQ(fds[1].revents, POLLIN);
+  char x;
+  ASSERT_EQ(read(p[0], &x, 1), 1);
+  auto later = std::async(std::launch::async, [s = s] { return rsend(s, "y", 1, 0); });
+  ASSERT_EQ(rpoll(fds, 2, kWaitMs), 1);
+  EXPECT_EQ(fds[0].revents, POLLIN);
+  EXPECT_EQ(later.get(), 1);
+  close(p[0]);
+  close(p[1]);
   rclose(c);
   rclose(s);
 }
