@@ -1,8 +1,8 @@
 // The rsocket exports of librdmacm.so.1 (rdma/rsocket.h, node RDMACM_1.0):
 // stream rsockets (SOCK_STREAM over AF_INET/AF_INET6) speaking rdma-core 44's
 // rsockets protocol over the public rdma_cm and verbs API (rsocket.hpp,
-// rs_conn.cpp, rs_data.cpp, rs_poll.cpp). The answers for what is not
-// offered are rdma-core's:
+// rs_conn.cpp, rs_data.cpp, rs_poll.cpp, rs_iomap.cpp, rs_keepalive.cpp).
+// The answers for what is not offered are rdma-core's:
 //  * rsocket(): ENOTSUP for another family, type or protocol, and for
 //    SOCK_DGRAM (datagram rsockets are not offered).
 //  * a descriptor that is not an rsocket: EBADF.
