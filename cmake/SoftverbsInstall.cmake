@@ -6,6 +6,8 @@
 #                                     cannot shadow the system's rdma-core
 #                                     (librdmacm.so.1 finds libibverbs.so.1
 #                                     beside it: run path $ORIGIN)
+#   P/lib/softverbs/librspreload.so   TCP sockets over rsockets by LD_PRELOAD
+#                                     (`softverbs run --rsockets`)
 #   P/bin/softverbs                   the softverbs command (finds the library relative to itself;
 #                                     installed by tools/CMakeLists.txt)
 #   P/include/softverbs/              the control API headers (faults.h, faults.hpp) and
@@ -22,6 +24,7 @@ set(SV_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/softverbs)
 set(SV_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 install(TARGETS ibverbs rdmacm LIBRARY DESTINATION ${SV_INSTALL_PRIVATE_LIBDIR} NAMELINK_SKIP)
+install(TARGETS rspreload LIBRARY DESTINATION ${SV_INSTALL_PRIVATE_LIBDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/include/softverbs/faults.h ${CMAKE_SOURCE_DIR}/include/softverbs/faults.hpp
               ${CMAKE_SOURCE_DIR}/include/softverbs/testing.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/softverbs)

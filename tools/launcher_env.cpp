@@ -24,4 +24,9 @@ std::string ld_library_path() {
   return value ? value : "";
 }
 
+std::string ld_preload() {
+  const char* value = std::getenv("LD_PRELOAD");
+  return value ? value : "";
+}
+
 }  // namespace softverbs::tools

@@ -1,5 +1,5 @@
 // Where the launcher finds softverbs' libraries, and the launcher's own
-// environment variables (SOFTVERBS_LIBDIR, LD_LIBRARY_PATH). The library's
+// environment variables (SOFTVERBS_LIBDIR, LD_LIBRARY_PATH, LD_PRELOAD). The library's
 // variables are read through core/env.hpp; these two belong to the launcher
 // alone, so they are read here (tests/layout allows this one file besides
 // core/env.cpp).
@@ -21,5 +21,8 @@ std::string libdir();
 
 // The current LD_LIBRARY_PATH, or "" when unset.
 std::string ld_library_path();
+
+// The current LD_PRELOAD, or "" when unset (`run --rsockets` adds to it).
+std::string ld_preload();
 
 }  // namespace softverbs::tools

@@ -60,6 +60,7 @@ bool load_scenario(const std::string& path, softverbs::faults::Scenario* scenari
 
 struct RunOptions {
   std::string devices, faults, pcap, log;
+  bool rsockets = false;
   std::vector<std::string> command;
 };
 
@@ -86,6 +87,12 @@ int run(const RunOptions& o) {
   if (!faults.empty()) setenv("SOFTVERBS_FAULTS", faults.c_str(), 1);
   if (!o.pcap.empty()) setenv("SOFTVERBS_PCAP", o.pcap.c_str(), 1);
   if (!o.log.empty()) setenv("SOFTVERBS_LOG", o.log.c_str(), 1);
+  if (o.rsockets) {
+    // librspreload.so after what is preloaded already (a sanitizer runtime must stay first).
+    std::string preload = softverbs::tools::ld_preload();
+    preload += (preload.empty() ? "" : ":") + libdir() + "/librspreload.so";
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+  }
 
   std::vector<char*> argv;
   for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -181,6 +188,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--pcap", ro.pcap, "capture the packets to this pcap file (SOFTVERBS_PCAP; %p: the pid)");
   run_cmd->add_option("--log", ro.log, "SOFTVERBS_LOG for CMD")
       ->check(CLI::IsMember({"none", "error", "warn", "info", "debug"}));
+  run_cmd->add_flag("--rsockets", ro.rsockets, "TCP sockets of CMD over rsockets (LD_PRELOAD=librspreload.so)");
   run_cmd->footer("CMD [ARGS...] follow the options, after an optional --.");
 
   std::string dev_spec;

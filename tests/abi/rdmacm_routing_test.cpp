@@ -16,7 +16,6 @@
 #include <infiniband/ib.h>
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
-#include <rdma/rsocket.h>
 #include <rdma/rdma_verbs.h>
 
 #include <cerrno>
@@ -522,22 +521,6 @@ TEST_F(Rdmacm, EceArgumentsAreCheckedFirst) {
   // Past the checks, the provider's answer (the fake's default: ENOSYS).
   ece.comp_mask = 0;
   expect_fails(rdma_set_local_ece(id, &ece), ENOSYS);
-}
-
-TEST(RdmacmRsocket, NoCallSucceeds) {
-  errno = 0;
-  EXPECT_EQ(rsocket(AF_INET, SOCK_STREAM, 0), -1);
-  EXPECT_EQ(errno, EAFNOSUPPORT);
-  char buf[4];
-  expect_fails(rbind(3, nullptr, 0), EBADF);
-  expect_fails(static_cast<int>(rsend(3, buf, sizeof buf, 0)), EBADF);
-  expect_fails(static_cast<int>(rrecv(3, buf, sizeof buf, 0)), EBADF);
-  expect_fails(rpoll(nullptr, 0, 0), EBADF);
-  expect_fails(rclose(3), EBADF);
-  expect_fails(rfcntl(3, F_GETFL), EBADF);
-  EXPECT_EQ(riomap(3, buf, sizeof buf, 0, 0, -1), static_cast<off_t>(-1));
-  EXPECT_EQ(riowrite(3, buf, sizeof buf, 0, 0), static_cast<size_t>(-1));
-  EXPECT_EQ(errno, EBADF);
 }
 
 // ---- without any CM (SV_RDMACM_TEST_NO_CM) -----------------------------------------------

@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 prefix=$work/opt/softverbs
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in lib/softverbs/libibverbs.so.1 lib/softverbs/librdmacm.so.1 bin/softverbs include/softverbs/faults.h include/softverbs/faults.hpp include/softverbs/testing.hpp \
+for f in lib/softverbs/libibverbs.so.1 lib/softverbs/librdmacm.so.1 lib/softverbs/librspreload.so bin/softverbs include/softverbs/faults.h include/softverbs/faults.hpp include/softverbs/testing.hpp \
          lib/cmake/softverbs/softverbsConfig.cmake lib/cmake/softverbs/softverbsConfigVersion.cmake \
          lib/pkgconfig/softverbs.pc; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
