@@ -20,6 +20,7 @@ enum class Var {
   kDevices,
   kLinkLayer,
   kMtu,
+  kAutoAddrs,
   kLog,
   kBackend,
   kHwLibibverbs,
@@ -53,6 +54,7 @@ const char* raw(Var v) noexcept;
 inline const char* devices() noexcept { return raw(Var::kDevices); }
 inline const char* link_layer() noexcept { return raw(Var::kLinkLayer); }
 inline const char* mtu() noexcept { return raw(Var::kMtu); }
+inline const char* auto_addrs() noexcept { return raw(Var::kAutoAddrs); }
 inline const char* log() noexcept { return raw(Var::kLog); }
 inline const char* backend() noexcept { return raw(Var::kBackend); }
 inline const char* hw_libibverbs() noexcept { return raw(Var::kHwLibibverbs); }
