@@ -25,3 +25,12 @@ std::string ld_library_path() {
 }
 
 }  // namespace softverbs::tools
+
+namespace softverbs::tools {
+
+bool test_no_unshare() {
+  const char* value = std::getenv("SOFTVERBS_TEST_NO_UNSHARE");
+  return value && *value;
+}
+
+}  // namespace softverbs::tools

@@ -1,7 +1,7 @@
 // Where the launcher finds softverbs' libraries, and the launcher's own
-// environment variables (SOFTVERBS_LIBDIR, LD_LIBRARY_PATH). The library's
-// variables are read through core/env.hpp; these two belong to the launcher
-// alone, so they are read here (tests/layout allows this one file besides
+// environment variables (SOFTVERBS_LIBDIR, LD_LIBRARY_PATH,
+// SOFTVERBS_TEST_NO_UNSHARE). The library's variables are read through
+// core/env.hpp; these belong to the launcher alone, so they are read here (tests/layout allows this one file besides
 // core/env.cpp).
 #pragma once
 
@@ -21,5 +21,13 @@ std::string libdir();
 
 // The current LD_LIBRARY_PATH, or "" when unset.
 std::string ld_library_path();
+
+}  // namespace softverbs::tools
+
+namespace softverbs::tools {
+
+// SOFTVERBS_TEST_NO_UNSHARE set and non-empty: `run` behaves as if namespaces
+// were refused (EPERM), so the suite can exercise the fallback on any host.
+bool test_no_unshare();
 
 }  // namespace softverbs::tools
