@@ -21,6 +21,7 @@ enum class Var {
   kLinkLayer,
   kMtu,
   kHostLink,
+  kAutoAddrs,
   kLog,
   kBackend,
   kHwLibibverbs,
@@ -55,6 +56,7 @@ inline const char* devices() noexcept { return raw(Var::kDevices); }
 inline const char* link_layer() noexcept { return raw(Var::kLinkLayer); }
 inline const char* mtu() noexcept { return raw(Var::kMtu); }
 inline const char* host_link() noexcept { return raw(Var::kHostLink); }
+inline const char* auto_addrs() noexcept { return raw(Var::kAutoAddrs); }
 inline const char* log() noexcept { return raw(Var::kLog); }
 inline const char* backend() noexcept { return raw(Var::kBackend); }
 inline const char* hw_libibverbs() noexcept { return raw(Var::kHwLibibverbs); }

@@ -14,6 +14,8 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # unmodified RDMA programs the tests drive
   ibverbs-utils ibverbs-providers perftest rdmacm-utils python3-pyverbs
+  # a tool that reads sysfs itself (ibstat), for the launcher's sysfs view
+  infiniband-diags
   # capture decoding
   tshark
 )

@@ -30,3 +30,12 @@ std::string ld_preload() {
 }
 
 }  // namespace softverbs::tools
+
+namespace softverbs::tools {
+
+bool test_no_unshare() {
+  const char* value = std::getenv("SOFTVERBS_TEST_NO_UNSHARE");
+  return value && *value;
+}
+
+}  // namespace softverbs::tools

@@ -1,7 +1,7 @@
 // Where the launcher finds softverbs' libraries, and the launcher's own
-// environment variables (SOFTVERBS_LIBDIR, LD_LIBRARY_PATH, LD_PRELOAD). The library's
-// variables are read through core/env.hpp; these two belong to the launcher
-// alone, so they are read here (tests/layout allows this one file besides
+// environment variables (SOFTVERBS_LIBDIR, LD_LIBRARY_PATH, LD_PRELOAD,
+// SOFTVERBS_TEST_NO_UNSHARE). The library's variables are read through
+// core/env.hpp; these belong to the launcher alone, so they are read here (tests/layout allows this one file besides
 // core/env.cpp).
 #pragma once
 
@@ -24,5 +24,13 @@ std::string ld_library_path();
 
 // The current LD_PRELOAD, or "" when unset (`run --rsockets` adds to it).
 std::string ld_preload();
+
+}  // namespace softverbs::tools
+
+namespace softverbs::tools {
+
+// SOFTVERBS_TEST_NO_UNSHARE set and non-empty: `run` behaves as if namespaces
+// were refused (EPERM), so the suite can exercise the fallback on any host.
+bool test_no_unshare();
 
 }  // namespace softverbs::tools

@@ -1,7 +1,8 @@
 // The `softverbs` command: runs programs on softverbs' libibverbs.so.1 and
 // librdmacm.so.1 and answers what a process would get from its configuration.
-//   softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--] CMD [ARGS...]
+//   softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--rsockets] [--no-sysfs] [--] CMD [ARGS...]
 //   softverbs devices [--devices SPEC]
+//   softverbs sysfs [--devices SPEC] DIR
 //   softverbs faults check FILE
 //   softverbs env | softverbs libdir
 // docs/configuration.md ("Launcher") is the reference. The program never loads
@@ -15,15 +16,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/env.hpp"
+#include "core/log.hpp"
 #include "emu/device/config.hpp"
 #include "faults/scenario.hpp"
 #include "tools/describe.hpp"
 #include "tools/launcher_env.hpp"
+#include "tools/sysfs_view.hpp"
 
 namespace {
 
@@ -61,8 +65,42 @@ bool load_scenario(const std::string& path, softverbs::faults::Scenario* scenari
 struct RunOptions {
   std::string devices, faults, pcap, log;
   bool rsockets = false;
+  bool no_sysfs = false;
   std::vector<std::string> command;
 };
+
+// The devices `spec` (or SOFTVERBS_DEVICES) gives, with the environment's link
+// layer and MTU, as the library parses them.
+std::optional<softverbs::emu::Config> config_of(const std::string& spec, std::string* error) {
+  using namespace softverbs;
+  return emu::parse_config(spec.empty() ? env::devices() : spec.c_str(), env::link_layer(), env::mtu(), error);
+}
+
+// Gives the program about to be exec'd (this process) a /sys/class that
+// describes its emulated devices (docs/configuration.md, "The sysfs view").
+// Where that is impossible the program runs without it, as before: one line
+// at info level says why.
+void enter_sysfs_view(const std::string& spec) {
+  using namespace softverbs;
+  const char* backend = env::backend();
+  if (backend && std::string(backend) == "hw") {
+    SV_LOG(kInfo, "no sysfs view: SOFTVERBS_BACKEND=hw lists no emulated devices");
+    return;
+  }
+  std::string error;
+  auto config = config_of(spec, &error);
+  if (!config) return;  // the library reports it
+  std::string auto_addrs;
+  // The program keeps this process's id, so the library would search from the same point.
+  std::vector<emu::ViewDevice> devices = tools::plan_view(*config, static_cast<uint32_t>(::getpid()), &auto_addrs);
+  if (!tools::enter_view(emu::sysfs_nodes(devices), &error)) {
+    SV_LOG(kInfo, "no sysfs view (%s): programs that read /sys/class/infiniband will not find the devices", error.c_str());
+    return;
+  }
+  if (!auto_addrs.empty()) setenv("SOFTVERBS_AUTO_ADDRS", auto_addrs.c_str(), 1);
+  SV_LOG(kDebug, "sysfs view: %zu emulated device%s in /sys/class/infiniband%s%s", devices.size(),
+         devices.size() == 1 ? "" : "s", auto_addrs.empty() ? "" : ", SOFTVERBS_AUTO_ADDRS=", auto_addrs.c_str());
+}
 
 // Checks the options as the library will read them, sets the environment and
 // execs the command; returns only on failure.
@@ -93,6 +131,7 @@ int run(const RunOptions& o) {
     preload += (preload.empty() ? "" : ":") + libdir() + "/librspreload.so";
     setenv("LD_PRELOAD", preload.c_str(), 1);
   }
+  if (!o.no_sysfs) enter_sysfs_view(o.devices);
 
   std::vector<char*> argv;
   for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -143,6 +182,27 @@ int devices(const std::string& spec) {
   return 0;
 }
 
+// Writes the sysfs description of the devices into DIR/class, for tools that
+// take a sysfs root (SYSFS_PATH=DIR), and prints the SOFTVERBS_AUTO_ADDRS
+// that gives a process started now the automatic addresses described.
+int sysfs(const std::string& spec, const std::string& dir) {
+  using namespace softverbs;
+  std::string error;
+  auto config = config_of(spec, &error);
+  if (!config) return fail(error);
+  std::error_code ec;
+  const std::string root = dir + "/class";
+  std::filesystem::create_directories(root, ec);
+  if (ec) return fail("cannot create " + root + ": " + ec.message(), 1);
+  std::string auto_addrs;
+  std::vector<emu::ViewDevice> devices = tools::plan_view(*config, static_cast<uint32_t>(::getpid()), &auto_addrs);
+  if (!tools::write_nodes(root, emu::sysfs_nodes(devices), &error)) return fail(error, 1);
+  std::cout << "wrote " << devices.size() << " device" << (devices.size() == 1 ? "" : "s") << " into " << root
+            << "/infiniband\n";
+  if (!auto_addrs.empty()) std::cout << "export SOFTVERBS_AUTO_ADDRS=" << auto_addrs << "\n";
+  return 0;
+}
+
 int faults_check(const std::string& path) {
   softverbs::faults::Scenario scenario;
   std::string error;
@@ -189,11 +249,18 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--log", ro.log, "SOFTVERBS_LOG for CMD")
       ->check(CLI::IsMember({"none", "error", "warn", "info", "debug"}));
   run_cmd->add_flag("--rsockets", ro.rsockets, "TCP sockets of CMD over rsockets (LD_PRELOAD=librspreload.so)");
+  run_cmd->add_flag("--no-sysfs", ro.no_sysfs,
+                    "no /sys/class/infiniband view of the devices (no mount or user namespace)");
   run_cmd->footer("CMD [ARGS...] follow the options, after an optional --.");
 
   std::string dev_spec;
   auto* dev_cmd = app.add_subcommand("devices", "the devices a process would get, and the RoCEv2 ports bound now");
   dev_cmd->add_option("--devices", dev_spec, "a SOFTVERBS_DEVICES value (default: the environment's)");
+
+  std::string sysfs_spec, sysfs_dir;
+  auto* sysfs_cmd = app.add_subcommand("sysfs", "write the devices' sysfs files into DIR/class (for SYSFS_PATH=DIR)");
+  sysfs_cmd->add_option("--devices", sysfs_spec, "a SOFTVERBS_DEVICES value (default: the environment's)");
+  sysfs_cmd->add_option("DIR", sysfs_dir, "the sysfs root to write into")->required();
 
   std::string scenario;
   auto* faults_cmd = app.add_subcommand("faults", "fault scenarios (docs/faults.md)");
@@ -219,7 +286,7 @@ int main(int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
       known |= sub->get_name() == first;
     if (!known && first[0] == '-') return fail("unknown option '" + first + "' (see softverbs --help)");
-    if (!known) return fail("unknown command '" + first + "' (run, devices, faults, env, libdir; see --help)");
+    if (!known) return fail("unknown command '" + first + "' (run, devices, sysfs, faults, env, libdir; see --help)");
   }
   try {
     app.parse(parsed_argc, argv);
@@ -236,6 +303,7 @@ int main(int argc, char** argv) {
   if (run_cmd->parsed()) return run(ro);
   if (dev_cmd->parsed()) return devices(dev_spec);
   if (check_cmd->parsed()) return faults_check(scenario);
+  if (sysfs_cmd->parsed()) return sysfs(sysfs_spec, sysfs_dir);
   if (libdir_cmd->parsed()) {
     std::cout << libdir() << "\n";
     return 0;
@@ -244,5 +312,5 @@ int main(int argc, char** argv) {
     std::cout << "export LD_LIBRARY_PATH=\"" << libdir() << "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n";
     return 0;
   }
-  return fail("no command (run, devices, faults, env, libdir; see --help)");
+  return fail("no command (run, devices, sysfs, faults, env, libdir; see --help)");
 }

@@ -1,7 +1,8 @@
+// The emulated device: its attributes and GID table (from identity.hpp), and
+// the process's device list, placed on addresses by placement.hpp.
 #include <arpa/inet.h>
 #include <endian.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -13,8 +14,11 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/device/fault_actions.hpp"
+#include "emu/device/identity.hpp"
+#include "emu/device/placement.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
+#include "core/env.hpp"
 #include "core/log.hpp"
 #include "fabric/faulty_link.hpp"
 #include "fabric/host_link.hpp"
@@ -25,29 +29,6 @@
 #include "wire/pcap.hpp"
 
 namespace softverbs::emu {
-namespace {
-
-constexpr uint16_t kRoceV2Port = 4791;
-// Automatic addresses come from 127.0.1.1 .. 127.0.191.255 so that the low 16 bits
-// are a valid unicast LID (0x0001..0xBFFF) for the InfiniBand link-layer mode.
-constexpr uint32_t kAutoFirst = 0x7f000101;
-constexpr uint32_t kAutoLast = 0x7f00bfff;
-
-std::string addr_str(in_addr a) {
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a, buf, sizeof buf);
-  return buf;
-}
-
-std::string guid_str(uint64_t g) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>((g >> 48) & 0xffff),
-                static_cast<unsigned>((g >> 32) & 0xffff), static_cast<unsigned>((g >> 16) & 0xffff),
-                static_cast<unsigned>(g & 0xffff));
-  return buf;
-}
-
-}  // namespace
 
 Device::Device(const DeviceConfig& config, int index, in_addr addr, const Clock& clock, Scheduler& scheduler,
                faults::PacketFilter& packets, faults::VerbFilter& verbs)
@@ -70,17 +51,10 @@ Device::Device(const DeviceConfig& config, int index, in_addr addr, const Clock&
   // table and reject the device, which is what they must do with a foreign device.
 
   uint32_t a = ntohl(addr.s_addr);
-  // A locally administered MAC that carries the IPv4 address, and its EUI-64.
-  mac_[0] = 0x02;
-  mac_[1] = 0x00;
-  mac_[2] = static_cast<uint8_t>(a >> 24);
-  mac_[3] = static_cast<uint8_t>(a >> 16);
-  mac_[4] = static_cast<uint8_t>(a >> 8);
-  mac_[5] = static_cast<uint8_t>(a);
-  guid_ = (static_cast<uint64_t>(mac_[0] ^ 0x02) << 56) | (static_cast<uint64_t>(mac_[1]) << 48) |
-          (static_cast<uint64_t>(mac_[2]) << 40) | (0xfffeull << 24) | (static_cast<uint64_t>(mac_[3]) << 16) |
-          (static_cast<uint64_t>(mac_[4]) << 8) | mac_[5];
-  lid_ = static_cast<uint16_t>(a & 0xffff);
+  const Identity id = identity_of(addr);
+  std::memcpy(mac_, id.mac, sizeof mac_);
+  guid_ = id.guid;
+  lid_ = id.lid;
   // Memory keys of different devices differ too (the 8-bit key part starts from
   // the address), so a key used on the wrong side fails as it would on hardware.
   next_mr_key_ = static_cast<uint8_t>(a * 37u + 11u);
@@ -168,59 +142,21 @@ void Device::fill_port_attr(ibv_port_attr* attr) const {
   attr->link_layer = eth ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
 }
 
-int Device::gid_count() const { return config_.link_layer == LinkLayer::kEthernet ? 2 : 1; }
+int Device::gid_count() const { return emu::gid_count(config_.link_layer); }
 
 bool Device::gid_entry(uint32_t index, ibv_gid_entry* entry) const {
   std::memset(entry, 0, sizeof *entry);
-  if (index >= static_cast<uint32_t>(gid_count())) return false;
+  ibv_gid_type type{};
+  if (!gid_of(config_.link_layer, addr_, index, &entry->gid, &type)) return false;
   entry->gid_index = index;
   entry->port_num = 1;
-  uint8_t* raw = entry->gid.raw;
-  if (config_.link_layer == LinkLayer::kInfiniBand) {
-    // Default subnet prefix fe80::/64 and the port GUID.
-    raw[0] = 0xfe;
-    raw[1] = 0x80;
-    uint64_t g = htobe64(guid_);
-    std::memcpy(raw + 8, &g, 8);
-    entry->gid_type = IBV_GID_TYPE_IB;
-    entry->ndev_ifindex = 0;
-    return true;
-  }
-  if (index == 0) {
-    // The link-local GID of the device's MAC (EUI-64 with the U/L bit flipped).
-    raw[0] = 0xfe;
-    raw[1] = 0x80;
-    uint64_t g = htobe64(guid_);
-    std::memcpy(raw + 8, &g, 8);
-  } else {
-    // The IPv4-mapped GID of the device address (::ffff:a.b.c.d).
-    raw[10] = 0xff;
-    raw[11] = 0xff;
-    std::memcpy(raw + 12, &addr_.s_addr, 4);
-  }
-  entry->gid_type = IBV_GID_TYPE_ROCE_V2;
-  entry->ndev_ifindex = 1;  // the loopback interface
+  entry->gid_type = type;
+  entry->ndev_ifindex = config_.link_layer == LinkLayer::kEthernet ? 1 : 0;  // the loopback interface
   return true;
 }
 
 bool Device::sysfs_attr(const std::string& attr, std::string* value) const {
-  if (attr == "board_id")
-    *value = caps::kBoardId;
-  else if (attr == "fw_ver")
-    *value = caps::kFwVer;
-  else if (attr == "hw_rev")
-    *value = std::to_string(caps::kHwVer);
-  else if (attr == "hca_type")
-    *value = "softverbs-emu";
-  else if (attr == "node_type")
-    *value = "1: CA";
-  else if (attr == "node_guid" || attr == "sys_image_guid")
-    *value = guid_str(guid_);
-  else if (attr == "node_desc")
-    *value = "softverbs emulated device " + config_.name + " (" + addr_str(addr_) + ")";
-  else
-    return false;
-  return true;
+  return sysfs_attr_of(config_.name, addr_, attr, value);
 }
 
 uint32_t Device::register_qp(Qp* qp) {
@@ -308,23 +244,16 @@ constexpr int kRoceHeaderReserve = 80;
 // interface that holds addr (loopback: 65536, so any; a 1500-byte Ethernet: 1024),
 // as a RoCE device's active MTU follows its netdev's.
 ibv_mtu mtu_for_interface_of(in_addr addr, ibv_mtu wanted, const std::string& name) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return wanted;
+  const std::string ifname = interface_of(addr);
+  if (ifname.empty()) return wanted;
   int if_mtu = 0;
-  for (ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr != addr.s_addr &&
-        !(i->ifa_flags & IFF_LOOPBACK && (ntohl(addr.s_addr) >> 24) == 127))
-      continue;
-    const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) break;
+  const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s >= 0) {
     ifreq req{};
-    std::strncpy(req.ifr_name, i->ifa_name, IFNAMSIZ - 1);
+    std::strncpy(req.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
     if (::ioctl(s, SIOCGIFMTU, &req) == 0) if_mtu = req.ifr_mtu;
     ::close(s);
-    break;
   }
-  ::freeifaddrs(list);
   if (if_mtu <= 0) return wanted;
   ibv_mtu fit = wanted;
   while (fit > IBV_MTU_256 && (128 << fit) + kRoceHeaderReserve > if_mtu) fit = static_cast<ibv_mtu>(fit - 1);
@@ -349,53 +278,21 @@ const std::vector<Device*>& DeviceRegistry::devices() {
     }
     // Real time: the process's progress thread and the system clocks.
     fabric::RealTimeScheduler& scheduler = fabric::RealTimeScheduler::instance();
-    uint32_t span = kAutoLast - kAutoFirst + 1;
-    uint32_t probe = (static_cast<uint32_t>(::getpid()) * 2654435761u) % span;
+    // SOFTVERBS_AUTO_ADDRS: the automatic addresses the launcher described in
+    // the program's sysfs view, tried first.
+    std::vector<in_addr> preferred;
+    if (!parse_addr_list(env::auto_addrs(), &preferred))
+      SV_LOG(kWarn, "SOFTVERBS_AUTO_ADDRS=%s: expected IPv4 addresses separated by commas; ignored",
+             env::auto_addrs());
+    std::vector<std::string> errors;
+    std::vector<Placed> placed =
+        place_devices(*config, static_cast<uint32_t>(::getpid()), preferred, bind_roce_endpoint, &errors);
+    for (const std::string& e : errors) SV_LOG(kError, "%s", e.c_str());
     int index = 0;
-    for (const DeviceConfig& dc : config->devices) {
-      in_addr addr{};
-      int fd = -1;
-      if (dc.addr) {
-        addr = *dc.addr;
-        if (dc.link_layer == LinkLayer::kInfiniBand) {
-          uint32_t lid = ntohl(addr.s_addr) & 0xffff;
-          if (lid == 0 || lid >= 0xc000) {
-            SV_LOG(kError, "device %s: address %s gives LID 0x%x, not a unicast LID; device not created",
-                   dc.name.c_str(), addr_str(addr).c_str(), lid);
-            continue;
-          }
-        }
-        fd = fabric::UdpLink::bind(addr);
-        if (fd < 0) {
-          SV_LOG(kError, "device %s: cannot bind %s:%u: %s; device not created", dc.name.c_str(),
-                 addr_str(addr).c_str(), kRoceV2Port, std::strerror(-fd));
-          continue;
-        }
-      } else {
-        // Addresses in use are skipped. So many in a row means the port is held on
-        // every address (a wildcard bind of UDP 4791, as the kernel's rdma_rxe
-        // does): no point trying the whole range.
-        constexpr uint32_t kGiveUpAfter = 256;
-        uint32_t tries = 0;
-        for (; tries < span && fd < 0; ++tries) {
-          addr.s_addr = htonl(kAutoFirst + probe);
-          probe = (probe + 1) % span;
-          fd = fabric::UdpLink::bind(addr);
-          if (fd < 0 && (fd != -EADDRINUSE || tries + 1 >= kGiveUpAfter)) break;
-        }
-        if (fd < 0) {
-          if (fd == -EADDRINUSE)
-            SV_LOG(kError,
-                   "device %s: UDP port %u is in use on %u loopback addresses in a row: something holds it on "
-                   "every address (a kernel RoCE driver such as rdma_rxe binds 0.0.0.0:%u); run the program in "
-                   "a network namespace of its own",
-                   dc.name.c_str(), kRoceV2Port, tries + 1, kRoceV2Port);
-          else
-            SV_LOG(kError, "device %s: no loopback address for its RoCEv2 endpoint: %s", dc.name.c_str(),
-                   std::strerror(-fd));
-          continue;
-        }
-      }
+    for (const Placed& p : placed) {
+      const DeviceConfig& dc = p.config;
+      const in_addr addr = p.addr;
+      const int fd = p.fd;
       SV_LOG(kInfo, "device %s: %s:%u (%s)", dc.name.c_str(), addr_str(addr).c_str(), kRoceV2Port,
              dc.link_layer == LinkLayer::kEthernet ? "RoCEv2" : "InfiniBand link layer");
       DeviceConfig fitted = dc;

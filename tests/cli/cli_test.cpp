@@ -50,17 +50,17 @@ std::string temp_file(const std::string& name, const std::string& text) {
 TEST(Cli, HelpOfEveryCommand) {
   ProcessResult top = cli({"--help"});
   ASSERT_TRUE(top.exited_with(0)) << top.describe();
-  for (const char* command : {"run", "devices", "faults", "env", "libdir"})
+  for (const char* command : {"run", "devices", "sysfs", "faults", "env", "libdir"})
     EXPECT_NE(top.out.find(command), std::string::npos) << command << " missing from: " << top.out;
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"run", "--help"}, {"devices", "--help"}, {"faults", "--help"}, {"faults", "check", "--help"},
+           {"run", "--help"}, {"devices", "--help"}, {"sysfs", "--help"}, {"faults", "--help"}, {"faults", "check", "--help"},
            {"env", "--help"}, {"libdir", "--help"}}) {
     ProcessResult r = cli(args);
     EXPECT_TRUE(r.exited_with(0)) << r.describe();
     EXPECT_NE(r.out.find("Usage: softverbs " + args[0]), std::string::npos) << r.describe();
   }
   ProcessResult run_help = cli({"run", "--help"});
-  for (const char* option : {"--devices", "--faults", "--pcap", "--log"})
+  for (const char* option : {"--devices", "--faults", "--pcap", "--log", "--no-sysfs"})
     EXPECT_NE(run_help.out.find(option), std::string::npos) << option << " missing from: " << run_help.out;
 }
 
@@ -124,8 +124,9 @@ TEST(Cli, RunSetsTheEnvironment) {
 }
 
 TEST(Cli, RunWithoutOptionsAsBefore) {
-  // `run -- CMD` and `run CMD`: only LD_LIBRARY_PATH changes, and the command's
-  // own arguments reach it untouched even when they look like the launcher's.
+  // `run -- CMD` and `run CMD`: only LD_LIBRARY_PATH changes (and
+  // SOFTVERBS_AUTO_ADDRS, with the sysfs view: sysfs_view_test.cpp), and the
+  // command's own arguments reach it untouched even when they look like the launcher's.
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
            {"run", "--", "env"}, {"run", "env"}}) {
     ProcessResult r = cli(args, clean_env().set("SOFTVERBS_DEVICES", "3"));
