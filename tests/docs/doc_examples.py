@@ -241,7 +241,7 @@ NOT_RUN = {
         "an excerpt of docs/install.md's block (no devcheck target), which test install_cmake_projects builds",
     ("README.md", "cpack -G DEB"):
         "package.install_and_consume builds and checks the .deb",
-    ("docs/configuration.md", "softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--no-sysfs] [--] CMD [ARGS...]"):
+    ("docs/configuration.md", "softverbs run [--devices SPEC] [--faults FILE] [--pcap FILE] [--log LEVEL] [--rsockets] [--no-sysfs] [--] CMD [ARGS...]"):
         "a synopsis with placeholders; tests/cli (label cli) runs every command and option",
     ("docs/configuration.md", "./scripts/build.sh -DSOFTVERBS_SANITIZE=address -DSOFTVERBS_WERROR=OFF"):
         "a full sanitizer build of the tree (minutes)",
