@@ -3,18 +3,21 @@
 // S and C loopback addresses nobody holds (their UDP port 4791 is free), so that
 // runs of several tests at once never meet.
 //
-//   CmPair r = run_cm_pair({.server = [](const CmAddrs& a) { return {"rping", "-s", "-a", a.server}; },
-//                           .client = [](const CmAddrs& a) { return {"rping", "-c", "-a", a.server}; }});
+//   using Argv = std::vector<std::string>;
+//   CmPair r = run_cm_pair({.server = [](const CmAddrs& a) -> Argv { return {"rping", "-s", "-a", a.server}; },
+//                           .client = [](const CmAddrs& a) -> Argv { return {"rping", "-c", "-a", a.server}; }});
 //   ASSERT_TRUE(r.both_succeeded()) << r.describe();
 //
 // The client starts once the server's device exists (its "device s: S:4791" info
 // line). The server listens a moment later, and a REQ that arrives before that is
 // rejected with "invalid service ID" (IBTA Table 109, reason 8; a SIDR REQ gets
-// status 1, Table 120), as the kernel's CM answers it: such a run is repeated, as is a run that lost its address to
-// another process or one perftest could not time the host's clock in (at most kCmAttempts). perftest -R meets the first
-// case often: its client connects a second time right after a handshake on its first connection, while the server only
-// then creates its second listener (and perftest 4.5-0.17's own retry reuses the ids it has just destroyed, so it never
-// succeeds).
+// status 1, Table 120), as the kernel's CM answers it: such a run is repeated, as is
+// a run that lost its address to another process or one perftest could not time the
+// host's clock in (at most kCmAttempts). perftest -R meets the first case often: its
+// client connects a second time right after a handshake on its first connection,
+// while the server only then creates its second listener (and perftest 4.5-0.17's
+// own retry reuses the ids it has just destroyed, so it never succeeds). ctest runs
+// these pairs alone (RUN_SERIAL, tests/clients/CMakeLists.txt).
 #pragma once
 
 #include <arpa/inet.h>
