@@ -79,6 +79,8 @@ struct CmPairSpec {
   // No SOFTVERBS_DEVICES on either side: each gets its automatic device, and the
   // server's address is the one its info line reports.
   bool automatic_devices = false;
+  // Called once the server's device exists, right before the client starts.
+  std::function<void(const CmAddrs&)> before_client = nullptr;
 };
 
 struct CmPair {
@@ -187,6 +189,7 @@ inline CmPair run_cm_pair(const CmPairSpec& spec) {
       r.addrs.server = device_line_address(server.snapshot().err, sdev);
     }
 
+    if (spec.before_client) spec.before_client(r.addrs);
     Process client(spec.client(r.addrs), cenv, shown_env(cenv));
     wait_cm_pair(spec, server, server_deadline, client, r);
     if (r.both_succeeded() || attempt == kCmAttempts) return r;

@@ -8,7 +8,11 @@
 // Not here because rsockets are not offered yet (abi/rdmacm/rsocket.cpp: rsocket()
 // fails with EAFNOSUPPORT): udpong, rcopy, rstream, riostream. Nor mckey: no UD
 // multicast in the emulated CM.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <regex>
 #include <string>
@@ -126,6 +130,43 @@ TEST(RpingUnconfigured, WildcardServerLoopbackClient) {
   ASSERT_TRUE(clean_device_report(r.client, "client", &c)) << r.describe();
   EXPECT_NE(s.address, c.address) << r.describe();
   EXPECT_EQ(s.address, r.addrs.server) << r.describe();
+}
+
+// The same past a device of the host that never answers (a UDP socket on port 4791
+// that nothing reads, as the device of a process that does not run the CM): bound
+// after the server's device, it is the first device of the host the loopback service
+// tries (the kernel lists the newest socket first). It is passed over after one
+// unanswered REQ (emu/cm/protocol.cpp), not after all of the CM's retries (minutes).
+TEST(RpingUnconfigured, LoopbackClientPassesASilentDevice) {
+  ASSERT_TRUE(installed(bin("rping"), "rdmacm-utils"));
+  int silent = -1;
+  std::string silent_addr;
+  auto bind_silent = [&](const CmAddrs&) {
+    if (silent >= 0) ::close(silent);
+    silent_addr = unused_device_address();
+    silent = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(4791);
+    ::inet_pton(AF_INET, silent_addr.c_str(), &a.sin_addr);
+    ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << silent_addr;
+  };
+  CmPair r =
+      run_cm_pair({.server = [](const CmAddrs& a) -> std::vector<std::string> {
+                     return {bin("rping"), "-s", "-v", "-p", std::to_string(a.port), "-C", "10"};
+                   },
+                   .client = [](const CmAddrs& a) -> std::vector<std::string> {
+                     return {bin("rping"), "-c", "-v", "-a", "127.0.0.1", "-p", std::to_string(a.port), "-C", "10"};
+                   },
+                   .limit = kCmLimit,
+                   .automatic_devices = true,
+                   .before_client = bind_silent});
+  if (silent >= 0) ::close(silent);
+  ASSERT_TRUE(r.both_succeeded()) << "silent device " << silent_addr << "\n" << r.describe();
+  EXPECT_TRUE(pings_match(r.client.out, "ping data: ", 10, 64)) << r.describe();
+  // One retry interval (1.5 response timeouts, 6.4 s by default) for the silent
+  // device, not its 15 retries.
+  EXPECT_LT(r.client.elapsed, milliseconds(20000)) << r.describe();
 }
 
 // ---------------------------------------------------------------------------
