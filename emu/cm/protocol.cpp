@@ -135,7 +135,12 @@ void EmuCm::on_retry_timer(const std::weak_ptr<Conn>& wc, uint64_t generation) {
     return;
   }
   if (!c->has_last_mad) return;
-  if (c->retries_left > 0) {
+  // The loopback service passes over a device that left its REQ unanswered for one
+  // retry interval when other devices remain to try: a device whose process runs the
+  // CM answers at once (REP, MRA, or REJ without a listener), while one whose process
+  // does not drops MADs to QP1 unanswered, and all retries would take minutes.
+  const bool next_device = c->state == ConnState::kReqSent && c->id && !c->id->candidates.empty();
+  if (c->retries_left > 0 && !next_device) {
     c->retries_left--;
     stats_.retransmitted.fetch_add(1, std::memory_order_relaxed);
     std::array<uint8_t, w::kGmpPacketSize> pkt{};
