@@ -130,15 +130,18 @@ TESTS = {
     # terminals, the server is up first; in one script it may not be yet.
     "rdma_cm_rping": Test(
         examples=[("docs/rdma-cm.md", "SOFTVERBS_DEVICES=s@127.0.0.20 build/bin/softverbs run -- rping -s -a 127.0.0.20 -C 10 -v &"),
-                  ("docs/rdma-cm.md", "build/bin/softverbs run -- rping -s -C 10 -v &")],
+                  ("docs/rdma-cm.md", "build/bin/softverbs run -- rping -s -C 10 -v &"),
+                  ("docs/rdma-cm.md", "SOFTVERBS_DEVICES=s@127.0.0.20 build/bin/softverbs run -- rstream -b 127.0.0.20 -S 4096 -C 100 &")],
         timeout=120,
         setup=["retry() { for i in $(seq 100); do \"$@\" && return 0; done; return 1; }"],
         subst=[("127.0.0.20", "127.0.0.70", "an address no other test of the suite uses"),
                ("127.0.0.21", "127.0.0.71", "an address no other test of the suite uses"),
                ("build/bin/softverbs run -- rping -c", "retry build/bin/softverbs run -- rping -c",
+                "the client is repeated until the server started just before listens"),
+               ("build/bin/softverbs run -- rstream -s", "retry build/bin/softverbs run -- rstream -s",
                 "the client is repeated until the server started just before listens")],
         after=["wait"],
-        expect=[r"ping data: rdma-ping-9: "]),
+        expect=[r"ping data: rdma-ping-9: ", r"custom\s+4k\s+100\s+1\s"]),
     # docs/configuration.md, "CMake options": the sanitizer runtime preloaded into an
     # unmodified program. Run on this build (sanitized or not), it must still work.
     "configuration_asan_preload": Test(
