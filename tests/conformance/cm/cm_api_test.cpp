@@ -4,7 +4,7 @@
 // the kernel's rdma_cm does is the reference (rdma/rdma_cma.h, rdma_cm(7)).
 #include <chrono>
 
-#include "cm_support.hpp"
+#include "tests/support/cm.hpp"
 
 namespace cmtest {
 namespace {

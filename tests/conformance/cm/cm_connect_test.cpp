@@ -8,7 +8,7 @@
 #include <atomic>
 #include <thread>
 
-#include "cm_support.hpp"
+#include "tests/support/cm.hpp"
 
 namespace cmtest {
 namespace {

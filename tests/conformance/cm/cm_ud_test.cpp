@@ -3,7 +3,7 @@
 // ah_attr usable with ibv_create_ah); a rejection and a missing listener end
 // in UNREACHABLE with the SIDR_REP status (IBTA 12.11.3: 2 rejected, 1 no such
 // service).
-#include "cm_support.hpp"
+#include "tests/support/cm.hpp"
 
 namespace cmtest {
 namespace {

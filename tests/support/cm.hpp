@@ -1,4 +1,4 @@
-// The rdma_cm conformance tests' kit: the two device addresses the tests
+// The rdma_cm test kit (conformance and fault suites): the two device addresses the tests
 // connect, bounded waits for CM events, and owners that release ids and
 // channels. Public API only (rdma/rdma_cma.h, infiniband/verbs.h), so the same
 // tests run over any librdmacm; where the process has no RDMA CM at all
@@ -47,9 +47,14 @@ inline sockaddr_in v4(in_addr addr, uint16_t port) {
 inline sockaddr* sa(sockaddr_in& a) { return reinterpret_cast<sockaddr*>(&a); }
 inline sockaddr* sa(sockaddr_in6& a) { return reinterpret_cast<sockaddr*>(&a); }
 
-// The IPv4 addresses of the RoCE devices (their RoCEv2 GID, ::ffff:a.b.c.d).
-inline std::vector<in_addr> device_addresses() {
-  std::vector<in_addr> out;
+// The RoCE devices and their IPv4 addresses (their RoCEv2 GID, ::ffff:a.b.c.d),
+// in the order ibv_get_device_list() gives.
+struct DeviceAddr {
+  std::string name;
+  in_addr addr;
+};
+inline std::vector<DeviceAddr> roce_devices() {
+  std::vector<DeviceAddr> out;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   for (int i = 0; list && i < n; ++i) {
@@ -64,7 +69,7 @@ inline std::vector<in_addr> device_addresses() {
         if (std::memcmp(g.raw, kPrefix, 12) == 0) {
           in_addr a;
           std::memcpy(&a.s_addr, g.raw + 12, 4);
-          out.push_back(a);
+          out.push_back({ibv_get_device_name(list[i]), a});
           break;
         }
       }
@@ -153,14 +158,15 @@ class CmTest : public ::testing::Test {
       GTEST_SKIP() << "no RDMA CM in this process (rdma_create_event_channel: " << strerror(errno) << ")";
     ASSERT_NE(probe, nullptr) << strerror(errno);
     rdma_destroy_event_channel(probe);
-    auto addrs = device_addresses();
-    if (addrs.size() < 2) GTEST_SKIP() << "two RoCE devices needed";
-    a_ = addrs[0];
-    b_ = addrs[1];
+    devices_ = roce_devices();
+    if (devices_.size() < 2) GTEST_SKIP() << "two RoCE devices needed";
+    a_ = devices_[0].addr;
+    b_ = devices_[1].addr;
     ASSERT_NE(active_.ch, nullptr);
     ASSERT_NE(passive_.ch, nullptr);
   }
 
+  std::vector<DeviceAddr> devices_;
   in_addr a_{}, b_{};
   Channel active_, passive_;
 };
