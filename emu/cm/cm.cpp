@@ -254,13 +254,18 @@ void EmuCm::free_id(Lock& lock, Id* id) {
     // What the IB CM does with a connection whose id goes (ib_destroy_cm_id).
     using cm::ConnState;
     switch (c->state) {
+      // The active side gives up on its REQ (Timeout); the passive side
+      // turns down a REQ its consumer never answered (Consumer Defined).
       case ConnState::kReqSent:
       case ConnState::kMraReqRcvd:
+        send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id, wire::cm::MsgKind::kOther,
+                     wire::cm::RejReason::kTimeout, nullptr, 0);
+        end_conn(*c);
+        break;
       case ConnState::kReqRcvd:
       case ConnState::kMraReqSent:
-        send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id,
-                     c->passive ? wire::cm::MsgKind::kReq : wire::cm::MsgKind::kOther, wire::cm::RejReason::kTimeout,
-                     nullptr, 0);
+        send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id, wire::cm::MsgKind::kReq,
+                     wire::cm::RejReason::kConsumerDefined, nullptr, 0);
         end_conn(*c);
         break;
       case ConnState::kRepSent:

@@ -1,0 +1,91 @@
+// rdma_cm conformance: the ends of ids and connections. Destroying a
+// connected id disconnects its peer; destroying a request's id before it is
+// accepted rejects it (IB_CM_REJ_CONSUMER_DEFINED, as ib_cm's destroy does);
+// both sides may disconnect at once; an accept is taken once; and 127.0.0.1
+// reaches a wildcard listener of this host's devices.
+#include "cm_connect.hpp"
+
+namespace cmtest {
+namespace {
+
+TEST_F(CmConnect, DestroyingAConnectedIdDisconnectsThePeer) {
+  connect_pair();
+  if (HasFatalFailure()) return;
+  client_.reset();
+  ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_DISCONNECTED));
+}
+
+TEST_F(CmConnect, DestroyingAnUnacceptedRequestRejectsIt) {
+  rdma_conn_param p{};
+  p.qp_num = 0x2222;
+  ASSERT_EQ(rdma_connect(client_, &p), 0);
+  rdma_cm_event* req = take_request();
+  ASSERT_NE(req, nullptr);
+  rdma_ack_cm_event(req);
+  server_.reset();
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_REJECTED, 28));
+}
+
+TEST_F(CmConnect, AcceptIsTakenOnce) {
+  auto attr = rc_attr();
+  ASSERT_EQ(rdma_create_qp(client_, nullptr, &attr), 0);
+  rdma_conn_param p{};
+  p.responder_resources = p.initiator_depth = 1;
+  ASSERT_EQ(rdma_connect(client_, &p), 0);
+  errno = 0;
+  EXPECT_EQ(rdma_connect(client_, &p), -1) << "a second connect";
+  EXPECT_EQ(errno, EINVAL);
+  rdma_cm_event* req = take_request();
+  ASSERT_NE(req, nullptr);
+  rdma_ack_cm_event(req);
+  errno = 0;
+  EXPECT_EQ(rdma_accept(listen_, &p), -1) << "a listener accepts nothing";
+  EXPECT_EQ(errno, EINVAL);
+  attr = rc_attr();
+  ASSERT_EQ(rdma_create_qp(server_, nullptr, &attr), 0);
+  ASSERT_EQ(rdma_accept(server_, &p), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ESTABLISHED));
+  ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_ESTABLISHED));
+  errno = 0;
+  EXPECT_EQ(rdma_accept(server_, &p), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(CmConnect, BothSidesDisconnectAtOnce) {
+  connect_pair();
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(rdma_disconnect(client_), 0);
+  ASSERT_EQ(rdma_disconnect(server_), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_DISCONNECTED));
+  ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_DISCONNECTED));
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, 15000));
+  ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, 15000));
+}
+
+TEST_F(CmTest, LoopbackAddressReachesAWildcardListener) {
+  uint16_t port = next_port();
+  Id listen(passive_);
+  auto any = v4("0.0.0.0", port);
+  ASSERT_EQ(rdma_bind_addr(listen, sa(any)), 0);
+  ASSERT_EQ(rdma_listen(listen, 4), 0);
+  Id client(active_);
+  auto dst = v4("127.0.0.1", port);
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(dst), 2000), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ADDR_RESOLVED));
+  ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  rdma_conn_param p{};
+  p.qp_num = 0x3333;
+  ASSERT_EQ(rdma_connect(client, &p), 0);
+  rdma_cm_event* req = expect_event(passive_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  Id server;
+  server.reset(req->id);
+  EXPECT_EQ(req->listen_id, listen.id);
+  rdma_ack_cm_event(req);
+  ASSERT_EQ(rdma_reject(server, nullptr, 0), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_REJECTED, 28));
+}
+
+}  // namespace
+}  // namespace cmtest
