@@ -282,8 +282,20 @@ void EmuCm::free_id(Lock& lock, Id* id) {
         send_drep(*c);
         enter_timewait(c);
         break;
+      case ConnState::kSidrReqRcvd: {
+        // An unanswered SIDR_REQ is turned down (ib_cm's destroy: IB_SIDR_REJECT),
+        // so that the requester learns it now rather than by timing out.
+        wire::cm::MadHeader h;
+        h.tid = c->tid;
+        wire::cm::SidrRep rep;
+        rep.request_id = c->remote_comm_id;
+        rep.status = wire::cm::SidrStatus::kRejected;
+        rep.service_id = c->sidr_service_id;
+        send_mad_to(*c->device, c->peer, h, rep);
+        end_conn(*c);
+        break;
+      }
       case ConnState::kSidrReqSent:
-      case ConnState::kSidrReqRcvd:
         end_conn(*c);
         break;
       default:

@@ -125,6 +125,22 @@ TEST_F(CmUd, RejectIsUnreachableWithStatusTwo) {
   ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_UNREACHABLE, 2));
 }
 
+// A request destroyed before it is answered is rejected (ib_cm sends a
+// SIDR_REP with IB_SIDR_REJECT from its destroy), not left to time out.
+TEST_F(CmUd, DestroyingAnUnansweredRequestRejectsIt) {
+  Id client;
+  resolve(client, port_);
+  if (HasFatalFailure()) return;
+  rdma_conn_param p{};
+  ASSERT_EQ(rdma_connect(client, &p), 0);
+  rdma_cm_event* req = expect_event(passive_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  rdma_cm_id* child = req->id;
+  rdma_ack_cm_event(req);
+  ASSERT_EQ(rdma_destroy_id(child), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_UNREACHABLE, 2, 1000));
+}
+
 TEST_F(CmUd, NoListenerIsUnreachableWithStatusOne) {
   Id client;
   resolve(client, next_port());
