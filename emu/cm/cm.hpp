@@ -143,7 +143,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
   void send_drep(cm::Conn& c);
   void on_req(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Req& req);
   void on_mra(const wire::cm::Mra& mra);
-  void on_rej(const wire::cm::Rej& rej);
+  void on_rej(in_addr src, const wire::cm::Rej& rej);
   void on_rep(const wire::cm::MadHeader& hdr, const wire::cm::Rep& rep);
   void on_rtu(const wire::cm::Rtu& rtu);
   void on_dreq(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Dreq& dreq);

@@ -271,7 +271,7 @@ void EmuCm::receive_gsi(Device& dev, in_addr src, const wire::PacketView& pkt) {
   Lock lock(mu_);
   if (auto* m = as<w::Req>(msg)) return on_req(dev, src, hdr, *m);
   if (auto* m = as<w::Mra>(msg)) return on_mra(*m);
-  if (auto* m = as<w::Rej>(msg)) return on_rej(*m);
+  if (auto* m = as<w::Rej>(msg)) return on_rej(src, *m);
   if (auto* m = as<w::Rep>(msg)) return on_rep(hdr, *m);
   if (auto* m = as<w::Rtu>(msg)) return on_rtu(*m);
   if (auto* m = as<w::Dreq>(msg)) return on_dreq(dev, src, hdr, *m);
@@ -324,8 +324,19 @@ void EmuCm::on_mra(const w::Mra& mra) {
   arm_retry(c);
 }
 
-void EmuCm::on_rej(const w::Rej& rej) {
-  std::shared_ptr<Conn> c = conn_for(rej.remote_comm_id, rej.local_comm_id);
+void EmuCm::on_rej(in_addr src, const w::Rej& rej) {
+  std::shared_ptr<Conn> c;
+  if (rej.remote_comm_id == 0) {
+    // A requester that gives up before it learned our comm ID (its id was
+    // destroyed during the REQ) names only its own: the connection is the
+    // one that peer's comm ID and address belong to (ib_cm finds it by the
+    // remote comm ID and the CA GUID in the REJ's ARI).
+    for (auto& [local, conn] : conns_)
+      if (conn->passive && conn->remote_comm_id == rej.local_comm_id && conn->peer.s_addr == src.s_addr) c = conn;
+    if (!c) stats_.rx_unmatched.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c = conn_for(rej.remote_comm_id, rej.local_comm_id);
+  }
   if (!c) return;
   Id* id = c->id;
   int reason = static_cast<int>(rej.reason);

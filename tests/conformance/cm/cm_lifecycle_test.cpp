@@ -1,6 +1,7 @@
 // rdma_cm conformance: the ends of ids and connections. Destroying a
 // connected id disconnects its peer; destroying a request's id before it is
-// accepted rejects it (IB_CM_REJ_CONSUMER_DEFINED, as ib_cm's destroy does);
+// accepted rejects it (IB_CM_REJ_CONSUMER_DEFINED, as ib_cm's destroy does),
+// and so does destroying the requester (IB_CM_REJ_TIMEOUT);
 // both sides may disconnect at once; an accept is taken once; and 127.0.0.1
 // reaches a wildcard listener of this host's devices.
 #include "cm_connect.hpp"
@@ -24,6 +25,20 @@ TEST_F(CmConnect, DestroyingAnUnacceptedRequestRejectsIt) {
   rdma_ack_cm_event(req);
   server_.reset();
   ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_REJECTED, 28));
+}
+
+// The requester gives up (destroys its id) before the request is answered:
+// its REJ (IB_CM_REJ_TIMEOUT, 4) names only its own comm ID, and still reaches
+// the request's id on the passive side.
+TEST_F(CmConnect, DestroyingTheRequesterRejectsTheRequest) {
+  rdma_conn_param p{};
+  p.qp_num = 0x2222;
+  ASSERT_EQ(rdma_connect(client_, &p), 0);
+  rdma_cm_event* req = take_request();
+  ASSERT_NE(req, nullptr);
+  rdma_ack_cm_event(req);
+  client_.reset();
+  ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_REJECTED, 4));
 }
 
 TEST_F(CmConnect, AcceptIsTakenOnce) {
