@@ -180,10 +180,10 @@ int EmuCm::connect(rdma_cm_id* pub, rdma_conn_param* param) {
   if (!id) return fail(EINVAL);
   if (check_param(id, param) != 0) return -1;
   if (id->state != IdState::kRouteResolved) return fail(EINVAL);
-  id->initiator_depth = param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth
-                                                                              : caps::kMaxQpInitRdAtom;
-  id->responder_resources = param && param->responder_resources != RDMA_MAX_RESP_RES ? param->responder_resources
-                                                                                    : caps::kMaxQpRdAtom;
+  id->initiator_depth =
+      param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth : caps::kMaxQpInitRdAtom;
+  id->responder_resources =
+      param && param->responder_resources != RDMA_MAX_RESP_RES ? param->responder_resources : caps::kMaxQpRdAtom;
   id->last_param = param ? *param : rdma_conn_param{};
   id->last_private.clear();
   if (param && param->private_data && param->private_data_len) {
@@ -347,8 +347,8 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
       mra.service_timeout = kMraServiceTimeout;
       send_mad_to(dev, src, h, mra);
     } else if (c->state == ConnState::kTimewait) {
-      send_rej_for(dev, src, hdr.tid, req.local_comm_id, c->local_comm_id, w::MsgKind::kReq,
-                   w::RejReason::kStaleConn, nullptr, 0);
+      send_rej_for(dev, src, hdr.tid, req.local_comm_id, c->local_comm_id, w::MsgKind::kReq, w::RejReason::kStaleConn,
+                   nullptr, 0);
     }
     return;
   }
@@ -407,6 +407,15 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
 }
 
 void EmuCm::on_sidr_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::SidrReq& req) {
+  // A SIDR_REQ we already have, resent because our answer is late: the
+  // application has it and will answer it once (ib_cm drops the duplicate).
+  for (auto& [cid, c] : conns_) {
+    if (c->passive && c->state == ConnState::kSidrReqRcvd && c->remote_comm_id == req.request_id &&
+        c->peer.s_addr == src.s_addr) {
+      stats_.rx_duplicates.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   uint16_t ps = w::service_ps(req.service_id);
   uint16_t port = w::service_port(req.service_id);
   w::CmaHeader h;

@@ -141,6 +141,34 @@ TEST_F(CmUd, DestroyingAnUnansweredRequestRejectsIt) {
   ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_UNREACHABLE, 2, 1000));
 }
 
+// The application answers a request later than the requester's SIDR
+// response timeout: the resent SIDR_REQs are duplicates of the request it
+// already has, not new requests (ib_cm drops them), and its answer still
+// reaches the requester. The suite's response timeout (268 ms) gives a resend
+// every 402 ms and 3 of them; the request is answered after 800 ms.
+TEST_F(CmUd, ResentRequestIsNotANewRequest) {
+  Id client;
+  resolve(client, port_);
+  if (HasFatalFailure()) return;
+  rdma_conn_param p{};
+  p.qp_num = 0x77;
+  ASSERT_EQ(rdma_connect(client, &p), 0);
+  rdma_cm_event* req = expect_event(passive_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  Id server;
+  server.reset(req->id);
+  rdma_ack_cm_event(req);
+  rdma_cm_event* again = next_event(passive_, 800);  // nothing may come: a bounded wait for an absence
+  EXPECT_EQ(again, nullptr) << "a resent SIDR_REQ was reported as " << rdma_event_str(again->event);
+  if (again) rdma_ack_cm_event(again);
+  p.qp_num = 0x99;
+  ASSERT_EQ(rdma_accept(server, &p), 0);
+  rdma_cm_event* est = expect_event(active_, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(est, nullptr);
+  EXPECT_EQ(est->param.ud.qp_num, 0x99u);
+  rdma_ack_cm_event(est);
+}
+
 TEST_F(CmUd, NoListenerIsUnreachableWithStatusOne) {
   Id client;
   resolve(client, next_port());
