@@ -3,11 +3,11 @@
 // device that fails (DEVICE_REMOVAL), a REQ that never arrives (UNREACHABLE
 // once the CM's retries are spent) and a lost REP (the active side resends its
 // REQ, the passive side answers it again and the connection is made).
+#include "tests/support/cm.hpp"
+
 #include <softverbs/faults.h>
 
 #include <string>
-
-#include "tests/support/cm.hpp"
 
 namespace cmtest {
 namespace {

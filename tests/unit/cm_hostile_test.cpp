@@ -154,8 +154,8 @@ TEST_F(CmHostile, RandomFieldsInEveryMessageKind) {
   for (int i = 0; i < 2000; ++i) {
     std::array<uint8_t, w::kMadSize> mad{};
     w::MadHeader hdr;
-    w::Message msgs[] = {w::Req{}, w::Mra{}, w::Rej{}, w::Rep{}, w::Rtu{}, w::Dreq{}, w::Drep{}, w::SidrReq{},
-                         w::SidrRep{}};
+    w::Message msgs[] = {w::Req{},  w::Mra{},  w::Rej{},     w::Rep{},    w::Rtu{},
+                         w::Dreq{}, w::Drep{}, w::SidrReq{}, w::SidrRep{}};
     w::encode(hdr, msgs[i % 9], mad);
     for (size_t b = 24; b < mad.size(); ++b)
       if (rng() % 4 == 0) mad[b] = static_cast<uint8_t>(rng());

@@ -3,12 +3,12 @@
 // parameters, data over the connected QPs, rejection, rdma_establish for an id
 // without a QP, CONNECT_ERROR, disconnection and time-wait, destroy with
 // events not acknowledged, and synchronous ids (rdma_create_ep/rdma_get_request).
+#include "cm_connect.hpp"
+
 #include <rdma/rdma_verbs.h>
 
 #include <atomic>
 #include <thread>
-
-#include "cm_connect.hpp"
 
 namespace cmtest {
 namespace {
@@ -87,16 +87,14 @@ TEST_F(CmConnect, PrivateDataParamsAndDataTransfer) {
   EXPECT_STREQ(sbuf, "hello from a");
 
   std::strcpy(cbuf, "written by a");
-  ASSERT_EQ(rdma_post_write(client_, nullptr, cbuf, sizeof cbuf, cmr, 0, reinterpret_cast<uint64_t>(sbuf),
-                            smr->rkey),
+  ASSERT_EQ(rdma_post_write(client_, nullptr, cbuf, sizeof cbuf, cmr, 0, reinterpret_cast<uint64_t>(sbuf), smr->rkey),
             0);
   ASSERT_EQ(rdma_get_send_comp(client_, &wc), 1);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_STREQ(sbuf, "written by a");
   std::strcpy(sbuf, "read by a");
   std::memset(cbuf, 0, sizeof cbuf);
-  ASSERT_EQ(rdma_post_read(client_, nullptr, cbuf, sizeof cbuf, cmr, 0, reinterpret_cast<uint64_t>(sbuf),
-                           smr->rkey),
+  ASSERT_EQ(rdma_post_read(client_, nullptr, cbuf, sizeof cbuf, cmr, 0, reinterpret_cast<uint64_t>(sbuf), smr->rkey),
             0);
   ASSERT_EQ(rdma_get_send_comp(client_, &wc), 1);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
