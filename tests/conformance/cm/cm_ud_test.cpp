@@ -144,8 +144,8 @@ TEST_F(CmUd, DestroyingAnUnansweredRequestRejectsIt) {
 // The application answers a request later than the requester's SIDR
 // response timeout: the resent SIDR_REQs are duplicates of the request it
 // already has, not new requests (ib_cm drops them), and its answer still
-// reaches the requester. The suite's response timeout (268 ms) gives a resend
-// every 402 ms and 3 of them; the request is answered after 800 ms.
+// reaches the requester. The suite's response timeout (256 ms) gives a resend
+// every 384 ms and 3 of them; the request is answered after 800 ms.
 TEST_F(CmUd, ResentRequestIsNotANewRequest) {
   Id client;
   resolve(client, port_);
