@@ -141,6 +141,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
                     wire::cm::MsgKind kind, wire::cm::RejReason reason, const void* data, uint8_t len);
   void send_dreq(const std::shared_ptr<cm::Conn>& c);
   void send_drep(cm::Conn& c);
+  bool backlog_full(const cm::Id* listener);  // counts the drop when it is
   void on_req(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Req& req);
   void on_mra(const wire::cm::Mra& mra);
   void on_rej(in_addr src, const wire::cm::Rej& rej);

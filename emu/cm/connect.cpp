@@ -330,6 +330,19 @@ Id* EmuCm::child_of(Id* listener, Device& dev, in_addr src, const w::CmaHeader* 
   return child;
 }
 
+// rdma_cm's backlog is the number of connection requests a listener has
+// queued and the application not yet taken (the kernel's ucma counts them so).
+// A request beyond it is dropped unanswered, as ucma has ib_cm drop it, so
+// the requester's resend finds room once the application takes one.
+bool EmuCm::backlog_full(const Id* listener) {
+  int queued = 0;
+  for (const Event* ev : listener->channel->queue)
+    if (ev->pub.event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->pub.listen_id == &listener->pub) ++queued;
+  if (queued < listener->backlog) return false;
+  stats_.rx_dropped.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::Req& req) {
   // A REQ we already have: the sender did not hear from us in time.
   for (auto& [cid, c] : conns_) {
@@ -378,6 +391,7 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
                  listener ? w::RejReason::kInvalidTransportType : w::RejReason::kInvalidServiceId, nullptr, 0);
     return;
   }
+  if (backlog_full(listener)) return;
   Id* child = child_of(listener, dev, src, ip ? &h : nullptr, port);
   if (!child) {
     send_rej_for(dev, src, hdr.tid, req.local_comm_id, 0, w::MsgKind::kReq, w::RejReason::kNoResources, nullptr, 0);
@@ -426,6 +440,7 @@ void EmuCm::on_sidr_req(Device& dev, in_addr src, const w::MadHeader& hdr, const
     addr_from_header(&dst, h.ip_version == 6 ? AF_INET6 : AF_INET, h.dst_addr, port);
     listener = find_listener(cm_device(&dev), ps, port, reinterpret_cast<sockaddr*>(&dst));
   }
+  if (listener && backlog_full(listener)) return;
   Id* child = listener ? child_of(listener, dev, src, &h, port) : nullptr;
   if (!child) {
     w::MadHeader rh;

@@ -225,5 +225,44 @@ TEST_F(CmHostile, RandomRequestsToAListener) {
   EXPECT_LE(requests, 300) << "a duplicate REQ was reported as a new request";
 }
 
+// rdma_listen's backlog: requests the application has not yet taken. With a
+// backlog of 1, a second REQ is dropped unanswered (the requester will resend
+// it) until the first is taken; then a REQ gets through again.
+TEST_F(CmHostile, BacklogDropsRequestsBeyondIt) {
+  ASSERT_EQ(cm_.listen(listen_, 1), 0);
+  const auto& s = cm_.stats();
+  auto req_from = [&](uint32_t comm_id) {
+    w::Req req;
+    req.local_comm_id = comm_id;
+    req.service_id = w::kIpServicePrefix | w::service_id(RDMA_PS_TCP, 18515);
+    w::CmaHeader h;
+    in_addr mine = dev_->addr();
+    std::memcpy(h.dst_addr.data() + 12, &mine.s_addr, 4);
+    w::encode(h, std::span<uint8_t, w::CmaHeader::kSize>(req.private_data.data(), w::CmaHeader::kSize));
+    return req;
+  };
+  auto take = [&] {
+    rdma_cm_event* ev = nullptr;
+    EXPECT_EQ(cm_.get_cm_event(ch_, &ev), 0);
+    if (!ev) return;
+    EXPECT_EQ(ev->event, RDMA_CM_EVENT_CONNECT_REQUEST);
+    rdma_cm_id* child = ev->id;
+    cm_.ack_cm_event(ev);
+    cm_.reject(child, nullptr, 0);
+    cm_.destroy_id(child);
+  };
+  uint64_t dropped = s.rx_dropped, tx = s.tx;
+  inject(w::Message{req_from(0x51000001)});
+  inject(w::Message{req_from(0x51000002)});
+  EXPECT_EQ(s.rx_dropped - dropped, 1u) << "the second REQ is beyond the backlog";
+  EXPECT_EQ(s.tx, tx) << "and is not answered";
+  ASSERT_TRUE(event_queued());
+  take();
+  EXPECT_FALSE(event_queued()) << "only one request was reported";
+  inject(w::Message{req_from(0x51000002)});  // the resend
+  ASSERT_TRUE(event_queued());
+  take();
+}
+
 }  // namespace
 }  // namespace softverbs::emu

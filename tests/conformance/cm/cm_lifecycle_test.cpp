@@ -2,7 +2,8 @@
 // connected id disconnects its peer; destroying a request's id before it is
 // accepted rejects it (IB_CM_REJ_CONSUMER_DEFINED, as ib_cm's destroy does),
 // and so does destroying the requester (IB_CM_REJ_TIMEOUT);
-// both sides may disconnect at once; an accept is taken once; and 127.0.0.1
+// both sides may disconnect at once; an accept is taken once; requests beyond
+// the listen backlog wait for the requester's resend; and 127.0.0.1
 // reaches a wildcard listener of this host's devices.
 #include "cm_connect.hpp"
 
@@ -75,6 +76,38 @@ TEST_F(CmConnect, BothSidesDisconnectAtOnce) {
   ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_DISCONNECTED));
   ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, 15000));
   ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, 15000));
+}
+
+// A backlog of 1 and three requests at once: the ones beyond the backlog are
+// not rejected; the requesters' resends reach the listener as it takes them.
+TEST_F(CmTest, RequestsBeyondTheBacklogArriveLater) {
+  uint16_t port = next_port();
+  Id listen(passive_);
+  auto addr = v4(b_, port);
+  ASSERT_EQ(rdma_bind_addr(listen, sa(addr)), 0);
+  ASSERT_EQ(rdma_listen(listen, 1), 0);
+  Id clients[3];
+  for (Id& c : clients) {
+    ASSERT_EQ(rdma_create_id(active_, &c.id, nullptr, RDMA_PS_TCP), 0);
+    ASSERT_EQ(rdma_resolve_addr(c, nullptr, sa(addr), 2000), 0);
+    ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ADDR_RESOLVED));
+    ASSERT_EQ(rdma_resolve_route(c, 2000), 0);
+    ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  }
+  for (Id& c : clients) {
+    rdma_conn_param p{};
+    p.qp_num = 0x100;
+    ASSERT_EQ(rdma_connect(c, &p), 0);
+  }
+  for (int i = 0; i < 3; ++i) {
+    rdma_cm_event* req = expect_event(passive_, RDMA_CM_EVENT_CONNECT_REQUEST);
+    ASSERT_NE(req, nullptr) << "request " << i;
+    rdma_cm_id* child = req->id;
+    rdma_ack_cm_event(req);
+    ASSERT_EQ(rdma_reject(child, nullptr, 0), 0);
+    ASSERT_EQ(rdma_destroy_id(child), 0);
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_REJECTED, 28));
 }
 
 TEST_F(CmTest, LoopbackAddressReachesAWildcardListener) {
