@@ -8,6 +8,8 @@
 #include <rdma/rdma_verbs.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <thread>
 
 namespace cmtest {
@@ -212,19 +214,18 @@ TEST_F(CmConnect, DestroyWaitsForUnackedEvents) {
   ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0);
   rdma_cm_event* ev = expect_event(active_, RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_NE(ev, nullptr);
-  std::atomic<bool> destroyed{false};
   rdma_cm_id* raw = id.release();
-  std::thread t([&] {
-    EXPECT_EQ(rdma_destroy_id(raw), 0);
-    destroyed = true;
-  });
-  // Not a synchronisation sleep: the destroy must still be waiting after a while.
-  pollfd none{-1, 0, 0};
-  poll(&none, 0, 200);
-  EXPECT_FALSE(destroyed.load()) << "destroyed with an event not acknowledged";
+  std::promise<int> done;
+  std::future<int> destroyed = done.get_future();
+  std::thread t([&] { done.set_value(rdma_destroy_id(raw)); });
+  // The destroy must still be waiting a while later (a bounded wait for an absence).
+  EXPECT_EQ(destroyed.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "destroyed with an event not acknowledged";
   rdma_ack_cm_event(ev);
+  ASSERT_EQ(destroyed.wait_for(std::chrono::milliseconds(kEventTimeoutMs)), std::future_status::ready)
+      << "the destroy still waits after the acknowledgement";
+  EXPECT_EQ(destroyed.get(), 0);
   t.join();
-  EXPECT_TRUE(destroyed.load());
 }
 
 // rdma_notify(COMM_EST) on the passive id before the RTU: the connection
