@@ -118,7 +118,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
   static int max_retries();           // SOFTVERBS_CM_MAX_RETRIES
   static Clock::duration retry_interval();
   void cancel_retry(cm::Conn& c);
-  std::shared_ptr<cm::Conn> conn_for(uint32_t local_comm_id, uint32_t remote_comm_id);
+  std::shared_ptr<cm::Conn> conn_for(in_addr src, uint32_t local_comm_id, uint32_t remote_comm_id);
   void fill_conn_param(cm::Event* ev, uint8_t responder_resources, uint8_t initiator_depth, const cm::Conn& c);
   bool next_candidate(cm::Id* id);
   int check_param(cm::Id* id, const rdma_conn_param* param);
@@ -143,14 +143,14 @@ class EmuCm final : public CmProvider, public GsiAgent {
   void send_drep(cm::Conn& c);
   bool backlog_full(const cm::Id* listener);  // counts the drop when it is
   void on_req(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Req& req);
-  void on_mra(const wire::cm::Mra& mra);
+  void on_mra(in_addr src, const wire::cm::Mra& mra);
   void on_rej(in_addr src, const wire::cm::Rej& rej);
-  void on_rep(const wire::cm::MadHeader& hdr, const wire::cm::Rep& rep);
-  void on_rtu(const wire::cm::Rtu& rtu);
+  void on_rep(in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Rep& rep);
+  void on_rtu(in_addr src, const wire::cm::Rtu& rtu);
   void on_dreq(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Dreq& dreq);
-  void on_drep(const wire::cm::Drep& drep);
+  void on_drep(in_addr src, const wire::cm::Drep& drep);
   void on_sidr_req(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::SidrReq& req);
-  void on_sidr_rep(const wire::cm::SidrRep& rep);
+  void on_sidr_rep(in_addr src, const wire::cm::SidrRep& rep);
   std::shared_ptr<cm::Conn> conn_by_local(uint32_t local_comm_id);
   void established(cm::Id* id);
   void connection_failed(cm::Id* id, rdma_cm_event_type type, int status, const void* data, size_t len);

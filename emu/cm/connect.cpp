@@ -198,8 +198,8 @@ int EmuCm::connect(rdma_cm_id* pub, rdma_conn_param* param) {
   return complete(id);
 }
 
-void EmuCm::on_rep(const w::MadHeader& /*hdr*/, const w::Rep& rep) {
-  std::shared_ptr<Conn> c = conn_for(rep.remote_comm_id, 0);
+void EmuCm::on_rep(in_addr src, const w::MadHeader& /*hdr*/, const w::Rep& rep) {
+  std::shared_ptr<Conn> c = conn_for(src, rep.remote_comm_id, 0);
   if (!c) return;
   if (c->state == ConnState::kEstablished && !c->passive) {
     // Our RTU was lost: the passive side resends its REP; answer it again.
@@ -271,8 +271,8 @@ int EmuCm::establish(rdma_cm_id* pub) {
   return 0;
 }
 
-void EmuCm::on_sidr_rep(const w::SidrRep& rep) {
-  std::shared_ptr<Conn> c = conn_for(rep.request_id, 0);
+void EmuCm::on_sidr_rep(in_addr src, const w::SidrRep& rep) {
+  std::shared_ptr<Conn> c = conn_for(src, rep.request_id, 0);
   if (!c || c->state != ConnState::kSidrReqSent) return;
   Id* id = c->id;
   end_conn(*c);

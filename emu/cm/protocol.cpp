@@ -270,14 +270,14 @@ void EmuCm::receive_gsi(Device& dev, in_addr src, const wire::PacketView& pkt) {
          inet_ntoa(src));
   Lock lock(mu_);
   if (auto* m = as<w::Req>(msg)) return on_req(dev, src, hdr, *m);
-  if (auto* m = as<w::Mra>(msg)) return on_mra(*m);
+  if (auto* m = as<w::Mra>(msg)) return on_mra(src, *m);
   if (auto* m = as<w::Rej>(msg)) return on_rej(src, *m);
-  if (auto* m = as<w::Rep>(msg)) return on_rep(hdr, *m);
-  if (auto* m = as<w::Rtu>(msg)) return on_rtu(*m);
+  if (auto* m = as<w::Rep>(msg)) return on_rep(src, hdr, *m);
+  if (auto* m = as<w::Rtu>(msg)) return on_rtu(src, *m);
   if (auto* m = as<w::Dreq>(msg)) return on_dreq(dev, src, hdr, *m);
-  if (auto* m = as<w::Drep>(msg)) return on_drep(*m);
+  if (auto* m = as<w::Drep>(msg)) return on_drep(src, *m);
   if (auto* m = as<w::SidrReq>(msg)) return on_sidr_req(dev, src, hdr, *m);
-  if (auto* m = as<w::SidrRep>(msg)) return on_sidr_rep(*m);
+  if (auto* m = as<w::SidrRep>(msg)) return on_sidr_rep(src, *m);
 }
 
 void EmuCm::device_failed(Device& dev) {
@@ -298,18 +298,22 @@ void EmuCm::device_failed(Device& dev) {
 }
 
 // The other side of a connection of ours: a MAD that names a comm ID we did
-// not hand out, or a peer other than the one we talk to, is dropped.
-std::shared_ptr<Conn> EmuCm::conn_for(uint32_t local_comm_id, uint32_t remote_comm_id) {
+// not hand out, another remote comm ID than the peer's, or that comes from
+// another address than the peer's, is dropped. ib_cm matches by comm IDs
+// alone; the address check keeps a stranger who guesses a comm ID (they are
+// handed out in sequence) from ending or answering someone else's connection.
+std::shared_ptr<Conn> EmuCm::conn_for(in_addr src, uint32_t local_comm_id, uint32_t remote_comm_id) {
   std::shared_ptr<Conn> c = conn_by_local(local_comm_id);
-  if (!c || (c->remote_comm_id && remote_comm_id && c->remote_comm_id != remote_comm_id)) {
+  if (!c || c->peer.s_addr != src.s_addr ||
+      (c->remote_comm_id && remote_comm_id && c->remote_comm_id != remote_comm_id)) {
     stats_.rx_unmatched.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
   return c;
 }
 
-void EmuCm::on_mra(const w::Mra& mra) {
-  std::shared_ptr<Conn> c = conn_for(mra.remote_comm_id, mra.local_comm_id);
+void EmuCm::on_mra(in_addr src, const w::Mra& mra) {
+  std::shared_ptr<Conn> c = conn_for(src, mra.remote_comm_id, mra.local_comm_id);
   if (!c) return;
   if (c->state == ConnState::kReqSent && mra.message_mraed == w::MsgKind::kReq) {
     c->state = ConnState::kMraReqRcvd;
@@ -335,7 +339,7 @@ void EmuCm::on_rej(in_addr src, const w::Rej& rej) {
       if (conn->passive && conn->remote_comm_id == rej.local_comm_id && conn->peer.s_addr == src.s_addr) c = conn;
     if (!c) stats_.rx_unmatched.fetch_add(1, std::memory_order_relaxed);
   } else {
-    c = conn_for(rej.remote_comm_id, rej.local_comm_id);
+    c = conn_for(src, rej.remote_comm_id, rej.local_comm_id);
   }
   if (!c) return;
   Id* id = c->id;
@@ -361,8 +365,8 @@ void EmuCm::on_rej(in_addr src, const w::Rej& rej) {
   }
 }
 
-void EmuCm::on_rtu(const w::Rtu& rtu) {
-  std::shared_ptr<Conn> c = conn_for(rtu.remote_comm_id, rtu.local_comm_id);
+void EmuCm::on_rtu(in_addr src, const w::Rtu& rtu) {
+  std::shared_ptr<Conn> c = conn_for(src, rtu.remote_comm_id, rtu.local_comm_id);
   if (!c || (c->state != ConnState::kRepSent && c->state != ConnState::kMraRepRcvd)) return;
   cancel_retry(*c);
   c->state = ConnState::kEstablished;
@@ -376,7 +380,7 @@ void EmuCm::on_rtu(const w::Rtu& rtu) {
 }
 
 void EmuCm::on_dreq(Device& dev, in_addr src, const w::MadHeader& hdr, const w::Dreq& dreq) {
-  std::shared_ptr<Conn> c = conn_for(dreq.remote_comm_id, dreq.local_comm_id);
+  std::shared_ptr<Conn> c = conn_for(src, dreq.remote_comm_id, dreq.local_comm_id);
   if (!c) {
     // An unknown connection's DREQ is answered, so that its sender stops (Linux: cm_issue_drep).
     w::Drep drep;
@@ -419,8 +423,8 @@ void EmuCm::on_dreq(Device& dev, in_addr src, const w::MadHeader& hdr, const w::
   }
 }
 
-void EmuCm::on_drep(const w::Drep& drep) {
-  std::shared_ptr<Conn> c = conn_for(drep.remote_comm_id, drep.local_comm_id);
+void EmuCm::on_drep(in_addr src, const w::Drep& drep) {
+  std::shared_ptr<Conn> c = conn_for(src, drep.remote_comm_id, drep.local_comm_id);
   if (!c || c->state != ConnState::kDreqSent) return;
   Id* id = c->id;
   enter_timewait(c);

@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <random>
@@ -262,6 +264,71 @@ TEST_F(CmHostile, BacklogDropsRequestsBeyondIt) {
   inject(w::Message{req_from(0x51000002)});  // the resend
   ASSERT_TRUE(event_queued());
   take();
+}
+
+// A peer of ours is a UDP socket on 127.201.0.9:4791 (so the emulated ARP
+// answers for it): it reads the REQ the CM sends and answers with a REP. A REP
+// naming the right comm IDs but coming from another address belongs to no
+// connection of ours and changes nothing; the peer's own REP is taken.
+TEST_F(CmHostile, AnswersFromAnotherAddressAreNotTheConnections) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_port = htons(4791);
+  peer.sin_addr = src_;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) != 0) {
+    close(fd);
+    GTEST_SKIP() << "cannot bind 127.201.0.9:4791";
+  }
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(cm_.create_id(ch_, &id, nullptr, RDMA_PS_TCP), 0);
+  peer.sin_port = htons(18516);
+  ASSERT_EQ(cm_.resolve_addr(id, nullptr, reinterpret_cast<sockaddr*>(&peer), 2000), 0);
+  auto expect_event = [&](rdma_cm_event_type type) {
+    pollfd p{ch_->fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 2000), 1) << "no " << type;
+    rdma_cm_event* ev = nullptr;
+    ASSERT_EQ(cm_.get_cm_event(ch_, &ev), 0);
+    EXPECT_EQ(ev->event, type);
+    cm_.ack_cm_event(ev);
+  };
+  expect_event(RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(cm_.resolve_route(id, 2000), 0);
+  expect_event(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_conn_param param{};
+  param.qp_num = 0x123;
+  ASSERT_EQ(cm_.connect(id, &param), 0);
+
+  // The REQ, as the peer receives it.
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 2000), 1);
+  std::array<uint8_t, 512> buf{};
+  ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+  close(fd);
+  wire::PacketView pkt;
+  ASSERT_EQ(wire::parse(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), pkt), wire::ParseError::ok);
+  w::MadHeader hdr;
+  w::Message msg;
+  ASSERT_EQ(w::decode(pkt.payload.first(w::kMadSize), hdr, msg), w::MadError::ok);
+  auto* req = std::get_if<w::Req>(&msg);
+  ASSERT_NE(req, nullptr);
+
+  w::Rep rep;
+  rep.local_comm_id = 0x600d;
+  rep.remote_comm_id = req->local_comm_id;
+  rep.local_qpn = 0x456;
+  const auto& s = cm_.stats();
+  uint64_t unmatched = s.rx_unmatched;
+  in_addr real = src_;
+  inet_pton(AF_INET, "127.201.0.10", &src_);  // a stranger who guessed the comm ID
+  inject(w::Message{rep}, hdr.tid);
+  EXPECT_EQ(s.rx_unmatched - unmatched, 1u);
+  EXPECT_FALSE(event_queued()) << "a stranger's REP was taken";
+  src_ = real;
+  inject(w::Message{rep}, hdr.tid);
+  expect_event(RDMA_CM_EVENT_CONNECT_RESPONSE);
+  cm_.destroy_id(id);
 }
 
 }  // namespace
