@@ -2,7 +2,8 @@
 // connected id disconnects its peer; destroying a request's id before it is
 // accepted rejects it (IB_CM_REJ_CONSUMER_DEFINED, as ib_cm's destroy does),
 // and so does destroying the requester (IB_CM_REJ_TIMEOUT);
-// both sides may disconnect at once; an accept is taken once; requests beyond
+// a destroyed listener rejects the requests it holds; both sides may
+// disconnect at once; an accept is taken once; requests beyond
 // the listen backlog wait for the requester's resend; and 127.0.0.1
 // reaches a wildcard listener of this host's devices.
 #include "cm_connect.hpp"
@@ -40,6 +41,20 @@ TEST_F(CmConnect, DestroyingTheRequesterRejectsTheRequest) {
   rdma_ack_cm_event(req);
   client_.reset();
   ASSERT_TRUE(ack_expected(passive_, RDMA_CM_EVENT_REJECTED, 4));
+}
+
+// A listener destroyed with a request the application never took: the request
+// goes with it, rejected as unanswered (the kernel destroys such ids with the
+// listener).
+TEST_F(CmConnect, DestroyingAListenerRejectsTheRequestsItHolds) {
+  rdma_conn_param p{};
+  p.qp_num = 0x2222;
+  ASSERT_EQ(rdma_connect(client_, &p), 0);
+  pollfd pf{passive_->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&pf, 1, kEventTimeoutMs), 1) << "the request was not queued";
+  listen_.reset();
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_REJECTED, 28));
+  EXPECT_EQ(poll(&pf, 1, 0), 0) << "the request's event outlived its listener";
 }
 
 TEST_F(CmConnect, AcceptIsTakenOnce) {
