@@ -452,8 +452,10 @@ int EmuCm::listen(rdma_cm_id* pub, int backlog) {
     any.sin_family = AF_INET;
     if (bind_locked(id, reinterpret_cast<sockaddr*>(&any)) != 0) return -1;
   }
+  // The kernel's ucma: a backlog outside 1..1023 means its maximum, 1024.
+  int room = backlog > 0 && backlog < 1024 ? backlog : 1024;
   if (id->state == IdState::kListen) {
-    id->backlog = backlog;
+    id->backlog = room;
     return 0;
   }
   if (id->state != IdState::kAddrBound) return fail(EINVAL);
@@ -469,7 +471,7 @@ int EmuCm::listen(rdma_cm_id* pub, int backlog) {
       return fail(EADDRINUSE);
     }
   }
-  id->backlog = backlog > 0 ? backlog : 1024;
+  id->backlog = room;
   return 0;
 }
 

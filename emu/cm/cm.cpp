@@ -260,13 +260,18 @@ void EmuCm::free_id(Lock& lock, Id* id) {
     // What the IB CM does with a connection whose id goes (ib_destroy_cm_id).
     using cm::ConnState;
     switch (c->state) {
+      // The active side gives up on its REQ (Timeout); the passive side
+      // turns down a REQ its consumer never answered (Consumer Defined).
       case ConnState::kReqSent:
       case ConnState::kMraReqRcvd:
+        send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id, wire::cm::MsgKind::kOther,
+                     wire::cm::RejReason::kTimeout, nullptr, 0);
+        end_conn(*c);
+        break;
       case ConnState::kReqRcvd:
       case ConnState::kMraReqSent:
-        send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id,
-                     c->passive ? wire::cm::MsgKind::kReq : wire::cm::MsgKind::kOther, wire::cm::RejReason::kTimeout,
-                     nullptr, 0);
+        send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id, wire::cm::MsgKind::kReq,
+                     wire::cm::RejReason::kConsumerDefined, nullptr, 0);
         end_conn(*c);
         break;
       case ConnState::kRepSent:
@@ -283,8 +288,20 @@ void EmuCm::free_id(Lock& lock, Id* id) {
         send_drep(*c);
         enter_timewait(c);
         break;
+      case ConnState::kSidrReqRcvd: {
+        // An unanswered SIDR_REQ is turned down (ib_cm's destroy: IB_SIDR_REJECT),
+        // so that the requester learns it now rather than by timing out.
+        wire::cm::MadHeader h;
+        h.tid = c->tid;
+        wire::cm::SidrRep rep;
+        rep.request_id = c->remote_comm_id;
+        rep.status = wire::cm::SidrStatus::kRejected;
+        rep.service_id = c->sidr_service_id;
+        send_mad_to(*c->device, c->peer, h, rep);
+        end_conn(*c);
+        break;
+      }
       case ConnState::kSidrReqSent:
-      case ConnState::kSidrReqRcvd:
         end_conn(*c);
         break;
       default:

@@ -129,7 +129,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
   static int max_retries();           // SOFTVERBS_CM_MAX_RETRIES
   static Clock::duration retry_interval();
   void cancel_retry(cm::Conn& c);
-  std::shared_ptr<cm::Conn> conn_for(uint32_t local_comm_id, uint32_t remote_comm_id, in_addr src);
+  std::shared_ptr<cm::Conn> conn_for(in_addr src, uint32_t local_comm_id, uint32_t remote_comm_id);
   void fill_conn_param(cm::Event* ev, uint8_t responder_resources, uint8_t initiator_depth, const cm::Conn& c);
   bool next_candidate(cm::Id* id);
   int check_param(cm::Id* id, const rdma_conn_param* param);
@@ -152,6 +152,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
                     wire::cm::MsgKind kind, wire::cm::RejReason reason, const void* data, uint8_t len);
   void send_dreq(const std::shared_ptr<cm::Conn>& c);
   void send_drep(cm::Conn& c);
+  bool backlog_full(const cm::Id* listener);  // counts the drop when it is
   void on_req(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Req& req);
   void on_mra(in_addr src, const wire::cm::Mra& mra);
   void on_rej(in_addr src, const wire::cm::Rej& rej);

@@ -182,10 +182,10 @@ int EmuCm::connect(rdma_cm_id* pub, rdma_conn_param* param) {
   if (!id) return fail(EINVAL);
   if (check_param(id, param) != 0) return -1;
   if (id->state != IdState::kRouteResolved) return fail(EINVAL);
-  id->initiator_depth = param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth
-                                                                              : caps::kMaxQpInitRdAtom;
-  id->responder_resources = param && param->responder_resources != RDMA_MAX_RESP_RES ? param->responder_resources
-                                                                                    : caps::kMaxQpRdAtom;
+  id->initiator_depth =
+      param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth : caps::kMaxQpInitRdAtom;
+  id->responder_resources =
+      param && param->responder_resources != RDMA_MAX_RESP_RES ? param->responder_resources : caps::kMaxQpRdAtom;
   id->last_param = param ? *param : rdma_conn_param{};
   id->last_private.clear();
   if (param && param->private_data && param->private_data_len) {
@@ -201,7 +201,7 @@ int EmuCm::connect(rdma_cm_id* pub, rdma_conn_param* param) {
 }
 
 void EmuCm::on_rep(in_addr src, const w::MadHeader& hdr, const w::Rep& rep) {
-  std::shared_ptr<Conn> c = conn_for(rep.remote_comm_id, 0, src);
+  std::shared_ptr<Conn> c = conn_for(src, rep.remote_comm_id, 0);
   if (!c) return;
   if (c->state == ConnState::kEstablished && !c->passive) {
     // Our RTU was lost: the passive side resends its REP; answer it again.
@@ -276,7 +276,7 @@ int EmuCm::establish(rdma_cm_id* pub) {
 }
 
 void EmuCm::on_sidr_rep(in_addr src, const w::SidrRep& rep) {
-  std::shared_ptr<Conn> c = conn_for(rep.request_id, 0, src);
+  std::shared_ptr<Conn> c = conn_for(src, rep.request_id, 0);
   if (!c || c->state != ConnState::kSidrReqSent) return;
   Id* id = c->id;
   end_conn(*c);
@@ -334,6 +334,19 @@ Id* EmuCm::child_of(Id* listener, Device& dev, in_addr src, const w::CmaHeader* 
   return child;
 }
 
+// rdma_cm's backlog is the number of connection requests a listener has
+// queued and the application not yet taken (the kernel's ucma counts them so).
+// A request beyond it is dropped unanswered, as ucma has ib_cm drop it, so
+// the requester's resend finds room once the application takes one.
+bool EmuCm::backlog_full(const Id* listener) {
+  int queued = 0;
+  for (const Event* ev : listener->channel->queue)
+    if (ev->pub.event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->pub.listen_id == &listener->pub) ++queued;
+  if (queued < listener->backlog) return false;
+  stats_.rx_dropped.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::Req& req) {
   // A REQ we already have: the sender did not hear from us in time.
   for (auto& [cid, c] : conns_) {
@@ -351,8 +364,8 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
       mra.service_timeout = kMraServiceTimeout;
       send_mad_to(dev, src, h, mra);
     } else if (c->state == ConnState::kTimewait) {
-      send_rej_for(dev, src, hdr.tid, req.local_comm_id, c->local_comm_id, w::MsgKind::kReq,
-                   w::RejReason::kStaleConn, nullptr, 0);
+      send_rej_for(dev, src, hdr.tid, req.local_comm_id, c->local_comm_id, w::MsgKind::kReq, w::RejReason::kStaleConn,
+                   nullptr, 0);
     }
     return;
   }
@@ -382,6 +395,7 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
                  listener ? w::RejReason::kInvalidTransportType : w::RejReason::kInvalidServiceId, nullptr, 0);
     return;
   }
+  if (backlog_full(listener)) return;
   Id* child = child_of(listener, dev, src, ip ? &h : nullptr, port);
   if (!child) {
     send_rej_for(dev, src, hdr.tid, req.local_comm_id, 0, w::MsgKind::kReq, w::RejReason::kNoResources, nullptr, 0);
@@ -413,6 +427,15 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
 }
 
 void EmuCm::on_sidr_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::SidrReq& req) {
+  // A SIDR_REQ we already have, resent because our answer is late: the
+  // application has it and will answer it once (ib_cm drops the duplicate).
+  for (auto& [cid, c] : conns_) {
+    if (c->passive && c->state == ConnState::kSidrReqRcvd && c->remote_comm_id == req.request_id &&
+        c->peer.s_addr == src.s_addr) {
+      stats_.rx_duplicates.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   uint16_t ps = w::service_ps(req.service_id);
   uint16_t port = w::service_port(req.service_id);
   w::CmaHeader h;
@@ -423,6 +446,7 @@ void EmuCm::on_sidr_req(Device& dev, in_addr src, const w::MadHeader& hdr, const
     addr_from_header(&dst, h.ip_version == 6 ? AF_INET6 : AF_INET, h.dst_addr, port);
     listener = find_listener(cm_device(&dev), ps, port, reinterpret_cast<sockaddr*>(&dst));
   }
+  if (listener && backlog_full(listener)) return;
   Id* child = listener ? child_of(listener, dev, src, &h, port) : nullptr;
   if (!child) {
     w::MadHeader rh;

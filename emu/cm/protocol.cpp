@@ -341,11 +341,14 @@ void EmuCm::device_failed(Device& dev) {
 }
 
 // The other side of a connection of ours: a MAD that names a comm ID we did
-// not hand out, or comes from another address than the peer's, is dropped.
-std::shared_ptr<Conn> EmuCm::conn_for(uint32_t local_comm_id, uint32_t remote_comm_id, in_addr src) {
+// not hand out, another remote comm ID than the peer's, or that comes from
+// another address than the peer's, is dropped. ib_cm matches by comm IDs
+// alone; the address check keeps a stranger who guesses a comm ID (they are
+// handed out in sequence) from ending or answering someone else's connection.
+std::shared_ptr<Conn> EmuCm::conn_for(in_addr src, uint32_t local_comm_id, uint32_t remote_comm_id) {
   std::shared_ptr<Conn> c = conn_by_local(local_comm_id);
-  if (!c || (c->remote_comm_id && remote_comm_id && c->remote_comm_id != remote_comm_id) ||
-      c->peer.s_addr != src.s_addr) {
+  if (!c || c->peer.s_addr != src.s_addr ||
+      (c->remote_comm_id && remote_comm_id && c->remote_comm_id != remote_comm_id)) {
     stats_.rx_unmatched.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -353,7 +356,7 @@ std::shared_ptr<Conn> EmuCm::conn_for(uint32_t local_comm_id, uint32_t remote_co
 }
 
 void EmuCm::on_mra(in_addr src, const w::Mra& mra) {
-  std::shared_ptr<Conn> c = conn_for(mra.remote_comm_id, mra.local_comm_id, src);
+  std::shared_ptr<Conn> c = conn_for(src, mra.remote_comm_id, mra.local_comm_id);
   if (!c) return;
   if (c->state == ConnState::kReqSent && mra.message_mraed == w::MsgKind::kReq) {
     c->state = ConnState::kMraReqRcvd;
@@ -369,7 +372,18 @@ void EmuCm::on_mra(in_addr src, const w::Mra& mra) {
 }
 
 void EmuCm::on_rej(in_addr src, const w::Rej& rej) {
-  std::shared_ptr<Conn> c = conn_for(rej.remote_comm_id, rej.local_comm_id, src);
+  std::shared_ptr<Conn> c;
+  if (rej.remote_comm_id == 0) {
+    // A requester that gives up before it learned our comm ID (its id was
+    // destroyed during the REQ) names only its own: the connection is the
+    // one that peer's comm ID and address belong to (ib_cm finds it by the
+    // remote comm ID and the CA GUID in the REJ's ARI).
+    for (auto& [local, conn] : conns_)
+      if (conn->passive && conn->remote_comm_id == rej.local_comm_id && conn->peer.s_addr == src.s_addr) c = conn;
+    if (!c) stats_.rx_unmatched.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    c = conn_for(src, rej.remote_comm_id, rej.local_comm_id);
+  }
   if (!c) return;
   Id* id = c->id;
   int reason = static_cast<int>(rej.reason);
@@ -395,7 +409,7 @@ void EmuCm::on_rej(in_addr src, const w::Rej& rej) {
 }
 
 void EmuCm::on_rtu(in_addr src, const w::Rtu& rtu) {
-  std::shared_ptr<Conn> c = conn_for(rtu.remote_comm_id, rtu.local_comm_id, src);
+  std::shared_ptr<Conn> c = conn_for(src, rtu.remote_comm_id, rtu.local_comm_id);
   if (!c || (c->state != ConnState::kRepSent && c->state != ConnState::kMraRepRcvd)) return;
   cancel_retry(*c);
   c->state = ConnState::kEstablished;
@@ -409,7 +423,7 @@ void EmuCm::on_rtu(in_addr src, const w::Rtu& rtu) {
 }
 
 void EmuCm::on_dreq(Device& dev, in_addr src, const w::MadHeader& hdr, const w::Dreq& dreq) {
-  std::shared_ptr<Conn> c = conn_for(dreq.remote_comm_id, dreq.local_comm_id, src);
+  std::shared_ptr<Conn> c = conn_for(src, dreq.remote_comm_id, dreq.local_comm_id);
   if (!c) {
     // An unknown connection's DREQ is answered, so that its sender stops (Linux: cm_issue_drep).
     w::Drep drep;
@@ -453,7 +467,7 @@ void EmuCm::on_dreq(Device& dev, in_addr src, const w::MadHeader& hdr, const w::
 }
 
 void EmuCm::on_drep(in_addr src, const w::Drep& drep) {
-  std::shared_ptr<Conn> c = conn_for(drep.remote_comm_id, drep.local_comm_id, src);
+  std::shared_ptr<Conn> c = conn_for(src, drep.remote_comm_id, drep.local_comm_id);
   if (!c || c->state != ConnState::kDreqSent) return;
   Id* id = c->id;
   enter_timewait(c);

@@ -48,13 +48,13 @@ bool wait_for(rdma_event_channel* ch, rdma_cm_event_type type, int ms, Got* got)
   }
 }
 
-class CmFaults : public ::testing::Test {
+class CmFaultActions : public ::testing::Test {
  protected:
   void TearDown() override { softverbs_faults_clear(); }
   int load(const char* text) { return softverbs_faults_load(text, nullptr, 0); }
 };
 
-TEST_F(CmFaults, RejectActionAnswersTheRequestWithItsReason) {
+TEST_F(CmFaultActions, RejectActionAnswersTheRequestWithItsReason) {
   ASSERT_EQ(load("[[rule]]\nname = \"refuse\"\ncm = \"REQ\"\ndirection = \"rx\"\naction = \"reject\"\nreason = 28\n"), 0);
   rdma_event_channel* ch = rdma_create_event_channel();
   ASSERT_NE(ch, nullptr);
@@ -82,7 +82,7 @@ TEST_F(CmFaults, RejectActionAnswersTheRequestWithItsReason) {
   rdma_destroy_event_channel(ch);
 }
 
-TEST_F(CmFaults, FailoverOfTheDeviceIsAnAddressChange) {
+TEST_F(CmFaultActions, FailoverOfTheDeviceIsAnAddressChange) {
   rdma_event_channel* ch = rdma_create_event_channel();
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* id = nullptr;
