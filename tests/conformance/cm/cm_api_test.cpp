@@ -2,6 +2,7 @@
 // address and route resolution, and the library-level calls (rdma_getaddrinfo,
 // rdma_get_devices, rdma_event_str, options, migrate). What librdmacm 44 over
 // the kernel's rdma_cm does is the reference (rdma/rdma_cma.h, rdma_cm(7)).
+#include <cstring>
 #include <chrono>
 
 #include "tests/support/cm.hpp"
@@ -268,15 +269,29 @@ TEST_F(CmTest, MigrateIdMovesItsEventsToAnotherChannel) {
   EXPECT_EQ(poll(&p, 1, 0), 0) << "the old channel got the event";
 }
 
-// rdma_join_multicast: UD multicast is not emulated.
-TEST_F(CmTest, JoinMulticastIsNotSupported) {
+// rdma_join_multicast on a bound UDP id without a QP: MULTICAST_JOIN with the
+// group's address vector (the join is local on RoCE), then a leave; a second
+// leave of the same group is EADDRNOTAVAIL, as librdmacm answers.
+TEST_F(CmTest, JoinAndLeaveMulticast) {
   Id id(active_, RDMA_PS_UDP);
   auto src = v4(a_, 0);
   ASSERT_EQ(rdma_bind_addr(id, sa(src)), 0);
   auto group = v4("239.1.2.3", 0);
+  int context = 7;
+  ASSERT_EQ(rdma_join_multicast(id, sa(group), &context), 0);
+  rdma_cm_event* ev = expect_event(active_, RDMA_CM_EVENT_MULTICAST_JOIN);
+  ASSERT_NE(ev, nullptr);
+  EXPECT_EQ(ev->param.ud.qp_num, 0xFFFFFFu);
+  EXPECT_EQ(ev->param.ud.qkey, static_cast<uint32_t>(RDMA_UDP_QKEY));
+  EXPECT_EQ(ev->param.ud.private_data, &context);
+  EXPECT_EQ(ev->param.ud.ah_attr.is_global, 1);
+  const uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3};
+  EXPECT_EQ(std::memcmp(ev->param.ud.ah_attr.grh.dgid.raw, want, 16), 0);
+  rdma_ack_cm_event(ev);
+  EXPECT_EQ(rdma_leave_multicast(id, sa(group)), 0);
   errno = 0;
-  EXPECT_EQ(rdma_join_multicast(id, sa(group), nullptr), -1);
-  EXPECT_EQ(errno, ENOSYS);
+  EXPECT_EQ(rdma_leave_multicast(id, sa(group)), -1);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
 }
 
 }  // namespace
