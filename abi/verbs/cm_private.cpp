@@ -163,12 +163,15 @@ SV_EXPORT softverbs::CmProvider* const* softverbs_private_cm_providers(unsigned 
   return softverbs::abi::guarded(static_cast<List>(nullptr), [&]() -> List {
     // Built once and never freed: librdmacm.so.1 may call through them until
     // exit. NULL-terminated, so the answer for no provider is not NULL.
-    static const List list = [] {
+    // The vector itself is kept (not only its data), so leak checkers see
+    // the array reachable until exit.
+    static const std::vector<softverbs::CmProvider*>* const providers = [] {
       auto* out = new std::vector<softverbs::CmProvider*>;
       for (softverbs::CmProvider* cm : softverbs::cm_providers()) out->push_back(new softverbs::abi::GuardedCm(*cm));
       out->push_back(nullptr);
-      return out->data();
+      return out;
     }();
+    const List list = providers->data();
     size_t n = 0;
     while (list[n]) ++n;
     if (count) *count = n;
