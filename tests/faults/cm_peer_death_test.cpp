@@ -12,6 +12,7 @@
 #include <rdma/rdma_cma.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <cstdio>
@@ -141,7 +142,7 @@ TEST(CmPeerDeath, ActiveDiesAfterItsRequestPassiveAcceptIsUnreachable) {
   pid_t pid = spawn_peer("--active", ntohs(rdma_get_src_port(listen)), &out);
   ASSERT_GT(pid, 0);
   rdma_cm_id* conn = nullptr;
-  ASSERT_EQ(wait_for(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 10000, &conn), 0);
+  ASSERT_EQ(wait_for(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 30000, &conn), 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);  // the requester is gone before we answer
   EXPECT_EQ(read_line(out, 1000), "sent");
@@ -167,7 +168,13 @@ TEST(CmPeerDeath, PassiveDiesOnTheRequestActiveIsUnreachable) {
   int out = -1;
   pid_t pid = spawn_peer("--passive", port, &out);
   ASSERT_GT(pid, 0);
-  ASSERT_EQ(read_line(out, 10000), "ready");
+  std::string line = read_line(out, 30000);
+  if (line != "ready") {
+    kill(pid, SIGKILL);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    FAIL() << "the passive peer did not listen (said '" << line << "', exit status " << st << ")";
+  }
   rdma_event_channel* ch = rdma_create_event_channel();
   ASSERT_NE(ch, nullptr);
   rdma_cm_id* id = nullptr;
