@@ -192,6 +192,17 @@ int EmuCm::ack_cm_event(rdma_cm_event* event) {
   return 0;
 }
 
+void EmuCm::ack_held_event(Id* id) {
+  if (!id->pub.event) return;
+  Event* ev = reinterpret_cast<Event*>(id->pub.event);
+  id->pub.event = nullptr;
+  if (events_.erase(ev)) {
+    ev->id->events_acked++;
+    delete ev;
+    acked_.notify_all();
+  }
+}
+
 // librdmacm's ucma_complete: a synchronous id's call returns when its event
 // arrives, which the id keeps in pub.event until the next call.
 int EmuCm::complete(Id* id) {
@@ -291,13 +302,7 @@ void EmuCm::free_id(Lock& lock, Id* id) {
       case ConnState::kSidrReqRcvd: {
         // An unanswered SIDR_REQ is turned down (ib_cm's destroy: IB_SIDR_REJECT),
         // so that the requester learns it now rather than by timing out.
-        wire::cm::MadHeader h;
-        h.tid = c->tid;
-        wire::cm::SidrRep rep;
-        rep.request_id = c->remote_comm_id;
-        rep.status = wire::cm::SidrStatus::kRejected;
-        rep.service_id = c->sidr_service_id;
-        send_mad_to(*c->device, c->peer, h, rep);
+        send_sidr_rep(*c, wire::cm::SidrStatus::kRejected, 0, nullptr, 0);
         end_conn(*c);
         break;
       }
@@ -323,14 +328,7 @@ int EmuCm::destroy_id(rdma_cm_id* pub) {
   Lock lock(mu_);
   Id* id = find_id(pub);
   if (!id) return fail(EINVAL);
-  if (id->pub.event) {
-    Event* ev = reinterpret_cast<Event*>(id->pub.event);
-    id->pub.event = nullptr;
-    if (events_.erase(ev)) {
-      ev->id->events_acked++;
-      delete ev;
-    }
-  }
+  ack_held_event(id);
   free_id(lock, id);
   return 0;
 }
@@ -351,14 +349,7 @@ int EmuCm::migrate_id(rdma_cm_id* pub, rdma_event_channel* channel) {
     if (!channels_.count(to)) return fail(EINVAL);
   }
   Channel* from = id->channel;
-  if (id->sync && id->pub.event) {
-    Event* ev = reinterpret_cast<Event*>(id->pub.event);
-    id->pub.event = nullptr;
-    if (events_.erase(ev)) {
-      ev->id->events_acked++;
-      delete ev;
-    }
-  }
+  if (id->sync) ack_held_event(id);
   // The id's queued events move with it, in order.
   size_t moved = 0;
   for (auto it = from->queue.begin(); it != from->queue.end();) {

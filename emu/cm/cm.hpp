@@ -92,6 +92,10 @@ class EmuCm final : public CmProvider, public GsiAgent {
   // The wait of a synchronous id for the event its call caused (librdmacm's
   // ucma_complete): 0, or -1 with errno from the event's status.
   int complete(cm::Id* id);
+  // Acknowledges the event a synchronous id holds in pub.event (under the lock).
+  void ack_held_event(cm::Id* id);
+  // Sends the SIDR_REP that answers the connection's SIDR_REQ.
+  void send_sidr_rep(cm::Conn& c, wire::cm::SidrStatus status, uint32_t qpn, const void* data, size_t len);
   // Discards the id's events not yet taken; returns the ids of connection
   // requests so discarded (they go with their listener).
   std::vector<cm::Id*> drop_queued_events(cm::Id* id);

@@ -476,6 +476,23 @@ void EmuCm::on_sidr_req(Device& dev, in_addr src, const w::MadHeader& hdr, const
   post_event(ev);
 }
 
+// A SIDR_REP for the connection's request; a valid one carries the QP and the
+// port space's Q_Key.
+void EmuCm::send_sidr_rep(Conn& c, w::SidrStatus status, uint32_t qpn, const void* data, size_t len) {
+  w::MadHeader h;
+  h.tid = c.tid;
+  w::SidrRep rep;
+  rep.request_id = c.remote_comm_id;
+  rep.status = status;
+  rep.service_id = c.sidr_service_id;
+  if (status == w::SidrStatus::kValid) {
+    rep.qpn = qpn;
+    rep.qkey = RDMA_UDP_QKEY;
+  }
+  if (data && len) std::memcpy(rep.private_data.data(), data, std::min(len, rep.private_data.size()));
+  send_mad_to(*c.device, c.peer, h, rep);
+}
+
 int EmuCm::accept(rdma_cm_id* pub, rdma_conn_param* param) {
   Lock lock(mu_);
   Id* id = find_id(pub);
@@ -487,27 +504,11 @@ int EmuCm::accept(rdma_cm_id* pub, rdma_conn_param* param) {
   if (c->state == ConnState::kSidrReqRcvd) {
     size_t len = param && param->private_data ? param->private_data_len : 0;
     if (len > w::kSidrRepPrivate) return fail(EINVAL);
-    w::MadHeader h;
-    h.tid = c->tid;
-    w::SidrRep rep;
-    rep.request_id = c->remote_comm_id;
-    rep.status = w::SidrStatus::kValid;
-    rep.qpn = id->pub.qp ? id->pub.qp->qp_num : param->qp_num;
-    rep.service_id = c->sidr_service_id;
-    rep.qkey = RDMA_UDP_QKEY;
-    if (len) std::memcpy(rep.private_data.data(), param->private_data, len);
-    send_mad_to(*c->device, c->peer, h, rep);
+    send_sidr_rep(*c, w::SidrStatus::kValid, id->pub.qp ? id->pub.qp->qp_num : param->qp_num,
+                  len ? param->private_data : nullptr, len);
     end_conn(*c);
     id->conn.reset();
-    if (id->sync && id->pub.event) {
-      Event* ev = reinterpret_cast<Event*>(id->pub.event);
-      id->pub.event = nullptr;
-      if (events_.erase(ev)) {
-        ev->id->events_acked++;
-        delete ev;
-        acked_.notify_all();
-      }
-    }
+    if (id->sync) ack_held_event(id);
     return 0;
   }
   if (c->state != ConnState::kReqRcvd && c->state != ConnState::kMraReqSent) return fail(EINVAL);
@@ -565,14 +566,7 @@ int EmuCm::reject_with(rdma_cm_id* pub, const void* private_data, uint8_t len, w
   if (!c) return fail(EINVAL);
   if (c->state == ConnState::kSidrReqRcvd) {
     if (len > w::kSidrRepPrivate) return fail(EINVAL);
-    w::MadHeader h;
-    h.tid = c->tid;
-    w::SidrRep rep;
-    rep.request_id = c->remote_comm_id;
-    rep.status = w::SidrStatus::kRejected;
-    rep.service_id = c->sidr_service_id;
-    if (len && private_data) std::memcpy(rep.private_data.data(), private_data, len);
-    send_mad_to(*c->device, c->peer, h, rep);
+    send_sidr_rep(*c, w::SidrStatus::kRejected, 0, private_data, len);
   } else if (c->state == ConnState::kReqRcvd || c->state == ConnState::kMraReqSent ||
              (c->state == ConnState::kRepRcvd && !c->passive)) {
     if (len > w::kRejPrivate) return fail(EINVAL);
@@ -641,15 +635,7 @@ int EmuCm::get_request(rdma_cm_id* listen_pub, rdma_cm_id** out) {
     listen = find_id(listen_pub);
     if (!listen || !out) return fail(EINVAL);
     if (!listen->sync) return fail(EINVAL);
-    if (listen->pub.event) {
-      Event* ev = reinterpret_cast<Event*>(listen->pub.event);
-      listen->pub.event = nullptr;
-      if (events_.erase(ev)) {
-        ev->id->events_acked++;
-        delete ev;
-        acked_.notify_all();
-      }
-    }
+    ack_held_event(listen);
   }
   rdma_cm_event* event = nullptr;
   if (get_cm_event(&listen->channel->pub, &event) != 0) return -1;
