@@ -222,8 +222,10 @@ TEST(SysfsView, UnprivilegedCallerKeepsItsIds) {
                         "id -u; id -g; cat /sys/class/infiniband/emu0/ports/1/gid_attrs/types/1"})
     args.push_back(a);
   ProcessResult r = run(args, clean_env(), 30s);
-  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  // Where user namespaces are refused (e.g. inside a chroot) the launcher falls
+  // back (SysfsView.FallbackWithoutNamespacesIsOneInfoLine tests that): nothing to check here then.
   if (r.err.find("no sysfs view") != std::string::npos) GTEST_SKIP() << r.err;
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
   EXPECT_EQ(r.out, uid + "\n" + gid + "\nRoCE v2\n");
 }
 
