@@ -30,6 +30,7 @@ namespace softverbs::emu {
 using cm::CmDevice;
 using cm::Id;
 using cm::IdState;
+using cm::addr_len;
 using cm::gid_of;
 
 namespace {
@@ -91,19 +92,6 @@ void set_port(sockaddr* sa, uint16_t port) {
       break;
     }
   }
-}
-
-size_t addr_len(const sockaddr* sa) {
-  if (!sa) return 0;
-  switch (sa->sa_family) {
-    case AF_INET:
-      return sizeof(sockaddr_in);
-    case AF_INET6:
-      return sizeof(sockaddr_in6);
-    case AF_IB:
-      return sizeof(sockaddr_ib);
-  }
-  return 0;
 }
 
 void set_v4(sockaddr* sa, in_addr a) {

@@ -20,27 +20,12 @@ using cm::Id;
 using cm::IdState;
 using cm::McJoin;
 
-namespace {
-
-// The length of a group address librdmacm accepts (ucma_addrlen), 0 if none.
-size_t group_len(const sockaddr* sa) {
-  if (!sa) return 0;
-  switch (sa->sa_family) {
-    case AF_INET: return sizeof(sockaddr_in);
-    case AF_INET6: return sizeof(sockaddr_in6);
-    case AF_IB: return sizeof(sockaddr_ib);
-    default: return 0;
-  }
-}
-
-}  // namespace
-
 int EmuCm::join_multicast_ex(rdma_cm_id* pub, rdma_cm_join_mc_attr_ex* attr, void* context) {
   // librdmacm's own checks of the attributes.
   if (!attr || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
       !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) || attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
     return fail(EINVAL);
-  const size_t len = group_len(attr->addr);
+  const size_t len = cm::addr_len(attr->addr);
   if (!len) return fail(EINVAL);
   Lock lock(mu_);
   Id* id = find_id(pub);
@@ -106,7 +91,7 @@ void EmuCm::process_join(Event* ev) {
 }
 
 int EmuCm::leave_multicast(rdma_cm_id* pub, sockaddr* addr) {
-  const size_t len = group_len(addr);
+  const size_t len = cm::addr_len(addr);
   if (!len) return fail(EINVAL);
   Lock lock(mu_);
   Id* id = find_id(pub);

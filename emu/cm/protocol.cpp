@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "emu/cm/cm.hpp"
 #include "emu/objects/objects.hpp"
+#include "wire/opcode.hpp"
 
 namespace softverbs::emu {
 
@@ -26,7 +27,6 @@ using cm::gid_of;
 
 namespace {
 
-constexpr uint8_t kUdSendOnly = 0x64;
 
 // IBTA's 4.096 us * 2^t, in Linux's rounding (cm_convert_to_ms).
 Clock::duration cm_time(uint8_t t) { return std::chrono::milliseconds(1ull << (t > 8 ? t - 8 : 0)); }
@@ -258,7 +258,7 @@ void EmuCm::connection_failed(Id* id, rdma_cm_event_type type, int status, const
 void EmuCm::receive_gsi(Device& dev, in_addr src, const wire::PacketView& pkt) {
   stats_.rx.fetch_add(1, std::memory_order_relaxed);
   // QP1 takes UD datagrams with the GSI Q_Key only (IBTA 9.6.1.1, Q_Key check).
-  if (pkt.bth.opcode != kUdSendOnly || pkt.deth.qkey != w::kGsiQkey || pkt.payload.size() < w::kMadSize) {
+  if (pkt.bth.opcode != wire::opcode::ud_send_only || pkt.deth.qkey != w::kGsiQkey || pkt.payload.size() < w::kMadSize) {
     stats_.rx_dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -288,7 +288,7 @@ void EmuCm::receive_gsi(Device& dev, in_addr src, const wire::PacketView& pkt) {
 // As if this side's application had rejected it: REJ to a REQ, a rejecting
 // SIDR_REP to a SIDR_REQ. The MAD itself is not taken.
 bool EmuCm::reject_gsi(Device& dev, in_addr src, const wire::PacketView& pkt, uint16_t reason) {
-  if (pkt.bth.opcode != kUdSendOnly || pkt.payload.size() < w::kMadSize) return false;
+  if (pkt.bth.opcode != wire::opcode::ud_send_only || pkt.payload.size() < w::kMadSize) return false;
   w::MadHeader hdr;
   w::Message msg;
   if (w::decode(pkt.payload.first(w::kMadSize), hdr, msg) != w::MadError::ok) return false;

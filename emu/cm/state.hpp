@@ -11,6 +11,7 @@
 // so that late MADs of a destroyed connection are answered as the CM would.
 #pragma once
 
+#include <infiniband/ib.h>
 #include <rdma/rdma_cma.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -35,6 +36,21 @@ namespace cm {
 
 struct Id;
 struct Conn;
+
+// The length of a socket address librdmacm accepts (its ucma_addrlen): 0 for
+// none or an unknown family.
+inline size_t addr_len(const sockaddr* sa) {
+  if (!sa) return 0;
+  switch (sa->sa_family) {
+    case AF_INET:
+      return sizeof(sockaddr_in);
+    case AF_INET6:
+      return sizeof(sockaddr_in6);
+    case AF_IB:
+      return sizeof(sockaddr_ib);
+  }
+  return 0;
+}
 
 // The RoCEv2 GID of an IPv4 address (::ffff:a.b.c.d), as a device's GID table has it.
 inline wire::cm::Gid gid_of(in_addr a) {
