@@ -37,9 +37,9 @@ bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
 bool failed(ibv_context* context) { return Context::from(context)->device().fatal(); }
 
 int check_access(unsigned access) {
-  if (access & ~caps::kSupportedAccess) {
+  if (access & ~(caps::kSupportedAccess | IBV_ACCESS_MW_BIND)) {
     if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;  // no ODP capability
-    if (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)) return EINVAL;
+    if (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)) return EINVAL;
     return EINVAL;
   }
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
@@ -330,7 +330,8 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
 int EmuProvider::dereg_mr(ibv_mr* mr) {
   Mr* m = Mr::from(mr);
   Pd* pd = m->pd();
-  pd->context().device().unregister_mr(mr->lkey);
+  // A region with windows bound to it stays (IBTA 10.6.7.2.6; EINVAL as rxe).
+  if (int err = pd->context().device().deregister_mr(m)) return err;
   delete m;
   pd->users.put();
   return 0;

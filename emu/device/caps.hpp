@@ -26,7 +26,9 @@ inline constexpr int kMaxQpWr = 32768;
 inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                                             IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_PORT_ACTIVE_EVENT |
                                             IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
-                                            IBV_DEVICE_N_NOTIFY_CQ;  // no SRQ resize, as ConnectX
+                                            IBV_DEVICE_N_NOTIFY_CQ |  // no SRQ resize, as ConnectX
+                                            // Type 1 and type 2B memory windows, as mlx5 reports them.
+                                            IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 inline constexpr int kMaxSge = 30;
 inline constexpr int kMaxSgeRd = 30;
 inline constexpr int kMaxCq = 16777216;
@@ -39,7 +41,7 @@ inline constexpr int kMaxResRdAtom = kMaxQp * kMaxQpRdAtom;
 inline constexpr int kMaxQpInitRdAtom = 16;
 inline constexpr int kMaxEeInitRdAtom = 0;
 inline constexpr ibv_atomic_cap kAtomicCap = IBV_ATOMIC_HCA;
-inline constexpr int kMaxMw = 0;  // memory windows are not supported (alloc_mw: EOPNOTSUPP)
+inline constexpr int kMaxMw = 16777216;  // memory windows of both types (ibv_alloc_mw)
 inline constexpr int kMaxAh = 2147483647;
 inline constexpr int kMaxMcastGrp = 2097152;
 inline constexpr int kMaxMcastQpAttach = 240;
@@ -53,6 +55,9 @@ inline constexpr uint8_t kPhysPortCnt = 1;
 inline constexpr int kNumCompVectors = 1;
 inline constexpr uint32_t kMaxInlineData = 512;
 inline constexpr uint32_t kMaxMsgSz = 1u << 30;
+// The longest memory window a bind accepts (mlx5: its KLM holds at most 2 GiB;
+// longer gives EOPNOTSUPP at post).
+inline constexpr uint64_t kMaxMwLength = 1ull << 31;
 
 // CQ and queue sizing: ConnectX rounds queue depths up to a power of two; the
 // depth reported back is what the application may rely on.

@@ -194,23 +194,54 @@ uint32_t Device::register_mr(Mr* mr) {
     next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
     if (next_mr_index_ == 0) next_mr_index_ = 1;
     uint32_t key = (index << 8) | next_mr_key_++;
-    if (!mrs_.count(key)) {
+    if (!mrs_.count(key) && !mws_.count(index)) {
       mrs_[key] = mr;
       return key;
     }
   }
 }
 
-void Device::unregister_mr(uint32_t key) {
-  std::unique_lock mr_lock(mr_mu_);  // waits for transfers using the region
-  std::lock_guard lock(mu_);
-  mrs_.erase(key);
-}
-
 Mr* Device::find_mr_locked(uint32_t key) {
   std::lock_guard lock(mu_);
   auto it = mrs_.find(key);
   return it == mrs_.end() ? nullptr : it->second;
+}
+
+int Device::deregister_mr(Mr* mr) {
+  std::unique_lock mr_lock(mr_mu_);  // waits for transfers using the region
+  if (mr->bound_windows) return EINVAL;
+  std::lock_guard lock(mu_);
+  mrs_.erase(mr->lkey());
+  return 0;
+}
+
+uint32_t Device::register_mw(Mw* mw) {
+  std::lock_guard lock(mu_);
+  if (mws_.size() >= static_cast<size_t>(caps::kMaxMw)) return 0;
+  // The same index sequence as the regions', skipping any index a region's key
+  // or a window already uses (a region's index is in use whatever its key byte).
+  for (;;) {
+    uint32_t index = next_mr_index_;
+    next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
+    if (next_mr_index_ == 0) next_mr_index_ = 1;
+    if (mws_.count(index)) continue;
+    bool region = false;
+    for (uint32_t b = 0; b < 256 && !region; ++b) region = mrs_.count((index << 8) | b) != 0;
+    if (region) continue;
+    mws_[index] = mw;
+    return index;
+  }
+}
+
+void Device::unregister_mw(uint32_t index) {
+  std::lock_guard lock(mu_);
+  mws_.erase(index);
+}
+
+Mw* Device::find_mw_locked(uint32_t rkey) {
+  std::lock_guard lock(mu_);
+  auto it = mws_.find(rkey >> 8);
+  return it == mws_.end() ? nullptr : it->second;
 }
 
 // ---------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "emu/memory/window.hpp"
+
 namespace softverbs::emu {
 
 bool resolve_sges(Device& dev, const Pd& pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint64_t len,
@@ -26,13 +28,16 @@ bool resolve_sges(Device& dev, const Pd& pd, const Sge* sges, uint32_t num_sge, 
   return len == 0;
 }
 
-Mr* check_rkey(Device& dev, const Pd& pd, unsigned qp_access, uint32_t rkey, uint64_t va, uint64_t len,
-               unsigned access) {
-  Mr* mr = dev.find_mr_locked(rkey);
-  if (!mr || mr->pd() != &pd) return nullptr;
-  if (!(mr->access() & access) || !(qp_access & access)) return nullptr;
-  if (!mr->covers(va, len)) return nullptr;
-  return mr;
+uint8_t* check_rkey(Device& dev, const Pd& pd, uint32_t qpn, unsigned qp_access, uint32_t rkey, uint64_t va,
+                    uint64_t len, unsigned access) {
+  // IBTA 10.6.3.2 / 9.7.5.2.4: the QP must allow the operation, then the key
+  // must name a region or a window that does.
+  if (!(qp_access & access)) return nullptr;
+  if (Mr* mr = dev.find_mr_locked(rkey)) {
+    if (mr->pd() != &pd || !(mr->access() & access) || !mr->covers(va, len)) return nullptr;
+    return mr->host_addr(va);
+  }
+  return window_access(dev, pd, qpn, rkey, va, len, access);
 }
 
 void scatter(const std::vector<std::span<uint8_t>>& dst, std::span<const uint8_t> src) {

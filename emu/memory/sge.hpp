@@ -20,10 +20,13 @@ namespace softverbs::emu {
 bool resolve_sges(Device& dev, const Pd& pd, const Sge* sges, uint32_t num_sge, uint64_t offset, uint64_t len,
                   unsigned access, std::vector<std::span<uint8_t>>& out);
 
-// The region an rkey names, if it lets this QP's peer perform `access` on
-// [va, va+len): same PD, the region's and the QP's access flags, bounds.
-Mr* check_rkey(Device& dev, const Pd& pd, unsigned qp_access, uint32_t rkey, uint64_t va, uint64_t len,
-               unsigned access);
+// The host address of [va, va+len) through the region or memory window an
+// rkey names, if it lets the peer of QP qpn (of PD pd, granting qp_access)
+// perform `access` there: the QP's access flags, same PD, the region's or the
+// window's rights and bounds, and a type 2B window bound to this QP
+// (window.hpp). nullptr otherwise.
+uint8_t* check_rkey(Device& dev, const Pd& pd, uint32_t qpn, unsigned qp_access, uint32_t rkey, uint64_t va,
+                    uint64_t len, unsigned access);
 
 // Copies src into the spans, in order.
 void scatter(const std::vector<std::span<uint8_t>>& dst, std::span<const uint8_t> src);

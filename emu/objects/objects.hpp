@@ -50,6 +50,7 @@ using fabric::EngineTimer;
 class Context;
 class Pd;
 class Mr;
+class Mw;
 class Cq;
 class Srq;
 class Qp;
@@ -108,11 +109,21 @@ class Device final : private fabric::PacketSink {
   void unregister_qp(uint32_t qpn);
   Qp* find_qp(uint32_t qpn);
   uint32_t register_mr(Mr* mr);
-  void unregister_mr(uint32_t key);
   // Callers hold mr_lock() (shared) while they use the region's memory, so a
   // concurrent deregistration waits for the access to finish.
   Mr* find_mr_locked(uint32_t key);
   std::shared_mutex& mr_lock() { return mr_mu_; }
+  // Memory windows share the 24-bit key index space with the regions, so one
+  // rkey names at most one of them; a window is found by its index alone (its
+  // key byte changes with every bind). register_mw returns the index, or 0 when
+  // max_mw windows exist. Lookups hold mr_lock(), changes of a window's binding
+  // hold it exclusively.
+  uint32_t register_mw(Mw* mw);
+  void unregister_mw(uint32_t index);
+  Mw* find_mw_locked(uint32_t rkey);
+  // Deregisters a region unless windows are bound to it: 0, or EINVAL (as rxe,
+  // IBTA 10.6.7.2.6).
+  int deregister_mr(Mr* mr);
 
   // ---- the RoCEv2 endpoint ----------------------------------------------
   // tx/rx packets, ICRC errors and what the packet-fault layer did are the
@@ -210,6 +221,7 @@ class Device final : private fabric::PacketSink {
   uint32_t next_mr_index_ = 1;
   uint8_t next_mr_key_ = 0;
   std::unordered_map<uint32_t, Mr*> mrs_;
+  std::unordered_map<uint32_t, Mw*> mws_;  // by key index
   std::shared_mutex mr_mu_;
   std::vector<Context*> contexts_;  // under mu_
   std::atomic<bool> port_active_{true};
@@ -330,12 +342,43 @@ class Mr {
   // True when [iova, iova+len) lies inside the region and the access is allowed.
   bool covers(uint64_t iova, uint64_t len) const;
   uint8_t* host_addr(uint64_t iova) const;
+  uint64_t length() const { return handle_.pub.length; }
+  uint32_t lkey() const { return handle_.pub.lkey; }
+
+  // Memory windows bound to the region (under the device's mr_lock()).
+  uint32_t bound_windows = 0;
 
  private:
   Handle<ibv_mr, Mr> handle_;
   Pd* pd_;
   uint64_t iova_;
   unsigned access_;
+};
+
+// A memory window (IBTA 10.6.7): an rkey for a part of a region, bound and
+// unbound by work requests on a QP (emu/memory/window.hpp). The binding is the
+// device's state and changes under its mr_lock() held exclusively; the public
+// ibv_mw's rkey is the application's copy (ibv_bind_mw updates it at post).
+class Mw {
+ public:
+  Mw(Pd& pd, ibv_mw_type type);
+  ibv_mw* ibv() { return &handle_.pub; }
+  static Mw* from(ibv_mw* mw) { return Handle<ibv_mw, Mw>::owner_of(mw); }
+  Pd& pd() const { return pd_; }
+  ibv_mw_type type() const { return handle_.pub.type; }
+
+  // The binding (under the device's mr_lock()).
+  uint32_t rkey = 0;  // the current rkey: key index << 8 | key byte
+  Mr* mr = nullptr;   // null: not bound (a type 2 window is then free)
+  uint64_t addr = 0;  // where the window starts in the region's I/O addresses
+  uint64_t length = 0;
+  unsigned access = 0;      // the window's remote access rights
+  bool zero_based = false;  // remote addresses are offsets from the window's start
+  uint32_t qpn = 0;         // type 2B: the QP it is bound to
+
+ private:
+  Handle<ibv_mw, Mw> handle_;
+  Pd& pd_;
 };
 
 // ---------------------------------------------------------------------------

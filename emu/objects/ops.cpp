@@ -158,8 +158,9 @@ void install_context_ops(verbs_context* vctx) {
   ops.post_srq_recv = op_post_srq_recv;
   ops.poll_cq = op_poll_cq;
   ops.req_notify_cq = op_req_notify_cq;
-  // alloc_mw stays NULL: the inline ibv_alloc_mw then fails with EOPNOTSUPP, as
-  // memory windows are not supported. bind_mw/dealloc_mw are never reached.
+  ops.alloc_mw = op_alloc_mw;
+  ops.dealloc_mw = op_dealloc_mw;
+  ops.bind_mw = op_bind_mw;
   vctx->query_port = op_query_port;
   vctx->query_device_ex = query_device_ex;
   vctx->create_cq_ex = op_create_cq_ex;

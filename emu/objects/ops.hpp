@@ -22,4 +22,9 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
                     size_t attr_size);
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
 
+// The memory window slots of ibv_context_ops (emu/objects/mw.cpp).
+ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int op_dealloc_mw(ibv_mw* mw);
+int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+
 }  // namespace softverbs::emu

@@ -19,15 +19,28 @@ bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_QPT_RC:
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
              op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-             op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+             op == IBV_WR_ATOMIC_FETCH_AND_ADD || is_local_op(op);
     case IBV_QPT_UC:
+      // Memory windows are bound and invalidated on RC and UC QPs (mlx5, rxe).
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-             op == IBV_WR_RDMA_WRITE_WITH_IMM;
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || is_local_op(op);
     case IBV_QPT_UD:
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
     default:
       return false;
   }
+}
+
+// The post-time checks of a bind work request: 0 or the errno ibv_post_send
+// returns. Type 1 windows are bound only through ibv_bind_mw (bind_verb), type 2
+// windows only by a posted work request (IBTA 10.6.7.2). Everything else about
+// the bind is checked when it executes, and fails its completion.
+int check_bind_wr(const ibv_send_wr& wr, const ibv_context* qp_context, bool bind_verb) {
+  const ibv_mw* mw = wr.bind_mw.mw;
+  if (!mw || mw->context != qp_context) return EINVAL;
+  if ((mw->type == IBV_MW_TYPE_1) != bind_verb) return EINVAL;
+  if (wr.bind_mw.bind_info.length > caps::kMaxMwLength) return EOPNOTSUPP;  // as mlx5
+  return 0;
 }
 
 QpAttrLimits limits_of(const Device& dev) {
@@ -233,7 +246,7 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return 0;
 }
 
-int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb) {
   ibv_send_wr* fail_at = nullptr;
   int fail_errno = 0;
   if (device().verb_filter().verbs_active()) {
@@ -262,14 +275,23 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = EINVAL;
       break;
     }
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > sq_.max_sge()) {
+    // A bind or local invalidation carries no data: its SGE list is ignored.
+    const int num_sge = is_local_op(wr->opcode) ? 0 : wr->num_sge;
+    if (num_sge < 0 || static_cast<uint32_t>(num_sge) > sq_.max_sge()) {
       *bad_wr = wr;
       rc = EINVAL;
       break;
     }
+    if (wr->opcode == IBV_WR_BIND_MW || bind_verb) {
+      rc = wr->opcode == IBV_WR_BIND_MW ? check_bind_wr(*wr, context().ibv(), bind_verb) : EINVAL;
+      if (rc) {
+        *bad_wr = wr;
+        break;
+      }
+    }
     uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
+    for (int i = 0; i < num_sge; ++i) total += wr->sg_list[i].length;
+    const bool is_inline = !is_local_op(wr->opcode) && (wr->send_flags & IBV_SEND_INLINE) != 0;
     if (is_inline && total > sq_.max_inline()) {
       *bad_wr = wr;
       rc = EINVAL;
@@ -304,11 +326,13 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
   wqe.send_flags = wr.send_flags;
-  wqe.num_sge = is_inline ? 0 : static_cast<uint32_t>(wr.num_sge);
+  const int num_sge = is_local_op(wr.opcode) ? 0 : wr.num_sge;
+  wqe.num_sge = is_inline ? 0 : static_cast<uint32_t>(num_sge);
   wqe.total_length = total;
   wqe.imm_data = wr.imm_data;  // also invalidate_rkey (a union)
   wqe.is_inline = is_inline;
   wqe.ah = nullptr;
+  wqe.bind_mw = nullptr;
   // The slot is reused: its transmission state starts afresh.
   wqe.first_psn = wqe.last_psn = 0;
   wqe.resp_bytes = 0;
@@ -329,6 +353,11 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
       wqe.compare_add = wr.wr.atomic.compare_add;
       wqe.swap = wr.wr.atomic.swap;
       break;
+    case IBV_WR_BIND_MW:
+      wqe.bind_mw = wr.bind_mw.mw;
+      wqe.bind_rkey = wr.bind_mw.rkey;
+      wqe.bind_info = wr.bind_mw.bind_info;
+      break;
     default:
       break;
   }
@@ -341,13 +370,13 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
   if (is_inline) {
     // Inline data is copied at post time: the buffer may be reused at once.
     uint8_t* dst = sq_.next_inline();
-    for (int i = 0; i < wr.num_sge; ++i) {
+    for (int i = 0; i < num_sge; ++i) {
       std::memcpy(dst, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
       dst += wr.sg_list[i].length;
     }
   } else {
     Sge* sges = sq_.next_sges();
-    for (int i = 0; i < wr.num_sge; ++i)
+    for (int i = 0; i < num_sge; ++i)
       sges[i] = Sge{wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
   }
   sq_.push();

@@ -45,7 +45,9 @@ class Qp {
   int modify(ibv_qp_attr* attr, int attr_mask);
   int query(ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr);
   int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
-  int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  // bind_verb: wr is the one IBV_WR_BIND_MW of a type 1 window that ibv_bind_mw
+  // posts (emu/objects/mw.cpp); applications cannot post one themselves.
+  int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb = false);
 
   // The capabilities the QP was created with, as reported back to the caller.
   const ibv_qp_cap& cap() const { return cap_; }
@@ -106,6 +108,8 @@ class Qp {
   void send_atomic_locked(SendWqe& w);
   bool send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>& mr_lock);
   bool send_ud_locked();
+  // Binds a memory window or invalidates an rkey (IBV_WR_BIND_MW, LOCAL_INV).
+  bool execute_local_locked(SendWqe& w);
   void retransmit_from_locked(uint32_t psn);
 
   // ---- completer (completer.cpp) -------------------------------------------

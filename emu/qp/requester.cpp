@@ -8,6 +8,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
+#include "emu/memory/window.hpp"
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
 #include "core/log.hpp"
@@ -167,6 +168,7 @@ bool Qp::send_next_packet_locked() {
   if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
   if (type_ == IBV_QPT_UD) return send_ud_locked();
   const bool uc = type_ == IBV_QPT_UC;
+  if (is_local_op(sq_.at(req_.tx_index).opcode)) return execute_local_locked(sq_.at(req_.tx_index));
   if (!uc && static_cast<uint32_t>(psn_diff(req_.psn, comp_.unacked_psn)) >= kWindow) return false;
 
   SendWqe& w = sq_.at(req_.tx_index);
@@ -189,6 +191,39 @@ bool Qp::send_next_packet_locked() {
     default:
       return send_data_packet_locked(w, mr_lock);
   }
+}
+
+bool Qp::execute_local_locked(SendWqe& w) {
+  // A bind or local invalidation runs once everything posted before it has
+  // completed, so that a window changes only after the operations before it are
+  // done with it (a stronger fence than ConnectX's, which orders it only after
+  // earlier reads and atomics). It sends nothing and is done at once.
+  for (uint32_t i = 0; i < req_.tx_index; ++i)
+    if (!sq_.at(i).acked) return false;
+  bool ok;
+  {
+    std::unique_lock mr_lock(device().mr_lock());  // a binding changes only with no access under way
+    if (w.opcode == IBV_WR_BIND_MW) {
+      const ibv_mw_bind_info& b = w.bind_info;
+      ok = bind_window(pd_, qpn(),
+                       BindRequest{Mw::from(w.bind_mw), w.bind_rkey, b.mr ? Mr::from(b.mr) : nullptr, b.addr, b.length,
+                                   b.mw_access_flags});
+    } else {
+      // The rkey to invalidate travels in the imm_data/invalidate_rkey union.
+      ok = invalidate_window(device(), pd_, qpn(), w.imm_data, Invalidation::local);
+    }
+  }
+  if (!ok) {
+    // As rxe: a refused bind completes with MW_BIND_ERR, a refused local
+    // invalidation with LOC_QP_OP_ERR; either moves the QP to the error state.
+    fail_send_locked(&w, w.opcode == IBV_WR_BIND_MW ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR);
+    return false;
+  }
+  w.started = w.sent = w.acked = true;
+  ++req_.tx_index;
+  req_.tx_offset = 0;
+  retire_acked_locked();
+  return true;
 }
 
 bool Qp::may_start_locked(SendWqe& w) {

@@ -6,6 +6,7 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/memory/sge.hpp"
+#include "emu/memory/window.hpp"
 #include "emu/qp/qp.hpp"
 #include "core/log.hpp"
 #include "wire/psn.hpp"
@@ -120,8 +121,9 @@ void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t le
   const uint32_t mtu = mtu_bytes();
   const uint32_t n = packets_for(len, mtu);
   std::shared_lock mr_lock(device().mr_lock());
-  Mr* mr = len ? check_rkey(device(), pd_, attr_.qp_access_flags, rkey, va, len, IBV_ACCESS_REMOTE_READ) : nullptr;
-  if (len && !mr) return;  // the region went away since the request was checked
+  const uint8_t* src =
+      len ? check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, rkey, va, len, IBV_ACCESS_REMOTE_READ) : nullptr;
+  if (len && !src) return;  // the region or window went away since the request was checked
   for (uint32_t i = 0; i < n; ++i) {
     PacketHeaders h;
     h.bth.dest_qp = attr_.dest_qp_num;
@@ -139,7 +141,7 @@ void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t le
     uint64_t off = uint64_t{i} * mtu;
     uint64_t take = std::min<uint64_t>(mtu, len - std::min(len, off));
     std::span<const uint8_t> part =
-        take ? std::span<const uint8_t>(mr->host_addr(va + off), take) : std::span<const uint8_t>();
+        take ? std::span<const uint8_t>(src + off, take) : std::span<const uint8_t>();
     std::span<const uint8_t> parts[1] = {part};
     transmit_locked(
         h, take ? std::span<const std::span<const uint8_t>>(parts, 1) : std::span<const std::span<const uint8_t>>());
@@ -360,25 +362,25 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
       if (r.op.starts_message()) {
         resp_.wr = ResponderState::Writing{pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len, pkt.reth.dma_len};
         if (pkt.reth.dma_len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
-        if (pkt.reth.dma_len && !check_rkey(device(), pd_, attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va,
-                                            resp_.wr.total, IBV_ACCESS_REMOTE_WRITE))
+        if (pkt.reth.dma_len && !check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, resp_.wr.rkey,
+                                            resp_.wr.va, resp_.wr.total, IBV_ACCESS_REMOTE_WRITE))
           return RespStep::err_remote_access;
       }
       return RespStep::check_resources;
     case OpClass::rdma_read_request: {
       const uint64_t len = pkt.reth.dma_len;
       if (len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
-      if (len &&
-          !check_rkey(device(), pd_, attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len, IBV_ACCESS_REMOTE_READ))
+      if (len && !check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len,
+                             IBV_ACCESS_REMOTE_READ))
         return RespStep::err_remote_access;
       return RespStep::check_resources;
     }
     case OpClass::atomic: {
       const uint64_t va = pkt.atomic_eth.va;
       if (va % 8) return RespStep::err_invalid_request;  // misaligned atomic
-      r.atomic_mr =
-          check_rkey(device(), pd_, attr_.qp_access_flags, pkt.atomic_eth.rkey, va, 8, IBV_ACCESS_REMOTE_ATOMIC);
-      if (!r.atomic_mr) return RespStep::err_remote_access;
+      r.atomic_target = check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, pkt.atomic_eth.rkey, va, 8,
+                                   IBV_ACCESS_REMOTE_ATOMIC);
+      if (!r.atomic_target) return RespStep::err_remote_access;
       return RespStep::check_resources;
     }
     default:
@@ -443,15 +445,20 @@ RespStep Qp::resp_execute_send_locked(RespContext& r) {
   scatter(spans, pkt.payload);
   resp_.rcv.offset += plen;
   if (r.op.ends_message()) {
+    r.mr_lock.unlock();
     if (r.op.has_ieth()) {
-      // Only memory windows and fast-registered regions can be invalidated
-      // remotely, and emulated devices have neither (IBTA 10.6.7.2.4).
-      return RespStep::err_invalid_request;
+      // SEND with Invalidate (IBTA 9.4.1, 10.6.7.2.4): the responder invalidates
+      // the rkey before the receive completes. Only a type 2 window of this
+      // QP's PD bound to this QP can be; anything else, an ordinary region's
+      // rkey included, is an invalid request.
+      std::unique_lock excl(device().mr_lock());
+      if (!invalidate_window(device(), pd_, qpn(), pkt.ieth.rkey, Invalidation::remote))
+        return RespStep::err_invalid_request;
     }
     resp_.msn = psn_add(resp_.msn, 1);
-    r.mr_lock.unlock();
+    const bool with_inv = r.op.has_ieth();
     complete_recv_locked(IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(resp_.rcv.offset), r.op.has_imm(),
-                         pkt.imm.data, false, pkt.bth.se);
+                         with_inv ? pkt.ieth.rkey : pkt.imm.data, with_inv, pkt.bth.se);
   }
   return RespStep::acknowledge;
 }
@@ -461,10 +468,10 @@ RespStep Qp::resp_execute_write_locked(RespContext& r) {
   const uint64_t plen = pkt.payload.size();
   if (plen) {
     // Checked for every packet: the region may have gone since the first.
-    Mr* mr =
-        check_rkey(device(), pd_, attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va, plen, IBV_ACCESS_REMOTE_WRITE);
-    if (!mr) return RespStep::err_remote_access;
-    std::memcpy(mr->host_addr(resp_.wr.va), pkt.payload.data(), plen);
+    uint8_t* dst = check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va, plen,
+                              IBV_ACCESS_REMOTE_WRITE);
+    if (!dst) return RespStep::err_remote_access;
+    std::memcpy(dst, pkt.payload.data(), plen);
   }
   resp_.wr.va += plen;
   resp_.wr.remaining -= plen;
@@ -498,7 +505,7 @@ RespStep Qp::resp_execute_atomic_locked(RespContext& r) {
   const uint32_t psn = r.psn;
   const uint64_t va = pkt.atomic_eth.va;
   // The operation is atomic with respect to the host CPU too.
-  auto* target = reinterpret_cast<uint64_t*>(r.atomic_mr->host_addr(va));
+  auto* target = reinterpret_cast<uint64_t*>(r.atomic_target);
   uint64_t orig;
   if (r.op.opcode == opcode::rc_compare_swap) {
     orig = pkt.atomic_eth.compare;

@@ -150,7 +150,7 @@ struct RespContext {
   // Held from check_rkey while the request uses registered memory, so a
   // concurrent deregistration waits; released before completions and NAKs.
   std::shared_lock<std::shared_mutex> mr_lock{};
-  Mr* atomic_mr = nullptr;  // the atomic's target region, from check_rkey
+  uint8_t* atomic_target = nullptr;  // the atomic's target in host memory, from check_rkey
 };
 
 }  // namespace softverbs::emu

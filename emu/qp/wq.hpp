@@ -39,6 +39,12 @@ struct SendWqe {
   uint32_t remote_qkey = 0;  // UD
   uint32_t ud_dest = 0;      // UD: the address the AH resolved to at post time (network order)
   bool is_inline = false;    // payload copied into the queue at post time
+  // IBV_WR_BIND_MW: the window, the rkey whose key byte it gets, and the
+  // region, range and rights it is bound to (IBV_WR_LOCAL_INV names its rkey in
+  // imm_data, as SEND_WITH_INV does).
+  ibv_mw* bind_mw = nullptr;
+  uint32_t bind_rkey = 0;
+  ibv_mw_bind_info bind_info{};
 
   // Transmission state, owned by the requester and completer.
   uint32_t first_psn = 0;   // PSN of the first request packet
@@ -48,6 +54,10 @@ struct SendWqe {
   bool sent = false;        // every request packet sent in the current pass
   bool acked = false;       // acknowledged (or, UC, sent): may complete
 };
+
+// Work requests the requester executes itself, with no packet: memory window
+// binds and local invalidations (IBTA 10.6.7.2).
+inline bool is_local_op(ibv_wr_opcode op) { return op == IBV_WR_BIND_MW || op == IBV_WR_LOCAL_INV; }
 
 // Packets a message of len bytes takes at this path MTU (a zero-length one takes one).
 inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
@@ -66,6 +76,10 @@ inline ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
