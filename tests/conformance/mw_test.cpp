@@ -382,6 +382,35 @@ TEST_P(MwTest, Type2BindsWithTheConsumersKeyByte) {
   EXPECT_EQ(now, 42u);
 }
 
+// Windows are bound on UC QPs too, and RDMA WRITEs reach memory through them.
+TEST_P(MwTest, Type2BindAndWriteOnUc) {
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair({.type = IBV_QPT_UC}, &p));
+  ibv_mw* mw = alloc(IBV_MW_TYPE_2);
+  ASSERT_TRUE(mw);
+  const uint32_t rkey = bind2(p.b, mw, target_.mr.get(), win_va(), kWinLen, IBV_ACCESS_REMOTE_WRITE);
+  fill_pattern(local_.data(), 700, 17);
+  ibv_sge s = local_.sge(0, 700);
+  ibv_send_wr w = send_wr(18, IBV_WR_RDMA_WRITE, &s, 1);
+  w.wr.rdma.rkey = rkey;
+  w.wr.rdma.remote_addr = win_va(32);
+  post_send_ok(p.a.qp.get(), &w);
+  // A UC write completes when sent: a SEND behind it, received, says it has landed.
+  ASSERT_NO_FATAL_FAILURE(post_recv_ok(p.b.qp.get(), 19, nullptr, 0));
+  ibv_send_wr sync = send_wr(20, IBV_WR_SEND, nullptr, 0);
+  post_send_ok(p.a.qp.get(), &sync);
+  std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 2);
+  ASSERT_EQ(wc.size(), 2u);
+  check_wc(wc[0], WcExpect(18, IBV_WC_RDMA_WRITE, p.a.qpn()));
+  wc = expect_wcs(p.b.rcq.get(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  check_wc(wc[0], WcExpect(19, IBV_WC_RECV, p.b.qpn()).len(0));
+  EXPECT_EQ(first_pattern_mismatch(target_.data() + kWinOff + 32, 700, 17), -1);
+  EXPECT_EQ(first_byte_not(target_.data(), kWinOff + 32, kFill), -1);
+  EXPECT_EQ(first_byte_not(target_.data() + kWinOff + 732, kSize - kWinOff - 732, kFill), -1);
+  ASSERT_NO_FATAL_FAILURE(local_inv(p.b, rkey));
+}
+
 TEST_P(MwTest, Type2AccessPastTheEndIsRefused) {
   Pair p;
   ASSERT_NO_FATAL_FAILURE(make_pair({}, &p));
