@@ -5,6 +5,8 @@
 // 2024 over IPv6): EMSGSIZE; rsend without rconnect and rsendto without an
 // address: EDESTADDRREQ; rrecv before the socket is bound, connected or has
 // sent: EINVAL (rdma-core's).
+#include "abi/rdmacm/rs_dgram.hpp"
+
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,8 +14,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-
-#include "abi/rdmacm/rs_dgram.hpp"
 
 namespace softverbs::abi::rs {
 namespace {

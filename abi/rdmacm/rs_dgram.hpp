@@ -64,7 +64,7 @@ static_assert(sizeof(DsUdpHeader) == 28);
 inline constexpr uint32_t kDsUdpTag = 0x55555555;  // DS_UDP_TAG
 inline constexpr uint8_t kDsUdpIpv4HdrLen = 16;
 inline constexpr uint8_t kDsUdpIpv6HdrLen = 28;
-inline constexpr uint32_t kGrhLen = 40;         // sizeof(struct ibv_grh)
+inline constexpr uint32_t kGrhLen = 40;           // sizeof(struct ibv_grh)
 inline constexpr int kDsResolveTimeoutMs = 2000;  // rdma-core's, for the route back
 
 // One UD QP: the socket's port on one source address.
@@ -104,7 +104,7 @@ struct Dgram {
   std::vector<std::unique_ptr<DsQp>> qps;
   std::vector<std::unique_ptr<DsDest>> dests;
   DsDest* conn_dest = nullptr;  // rconnect's
-  uint8_t* sbuf = nullptr;       // sq_size slots of kSndLowat
+  uint8_t* sbuf = nullptr;      // sq_size slots of kSndLowat
   std::vector<uint32_t> free_slots;
   std::deque<DsMsg> rmsgs;
   size_t next_qp = 0;  // where the round-robin CQ poll resumes

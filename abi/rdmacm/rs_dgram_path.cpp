@@ -22,9 +22,7 @@ int fail(int err) {
   return -1;
 }
 
-bool same_addr(const sockaddr_storage& a, const sockaddr_storage& b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
+bool same_addr(const sockaddr_storage& a, const sockaddr_storage& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 bool is_any(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) {
@@ -201,8 +199,8 @@ void create_ah(DsDest& d, uint32_t qpn) {
       rdma_resolve_route(id, kDsResolveTimeoutMs) == 0 && id->route.path_rec) {
     const ibv_sa_path_rec& p = *id->route.path_rec;
     ibv_port_attr pa{};
-    const bool eth = ibv_query_port(d.qp->id->verbs, d.qp->id->port_num, &pa) == 0 &&
-                     pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    const bool eth =
+        ibv_query_port(d.qp->id->verbs, d.qp->id->port_num, &pa) == 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET;
     ibv_ah_attr attr{};
     // RoCE needs the GRH whatever the hop limit (rdma-core keys it on the
     // hop limit alone, which a RoCE route always has above 1).

@@ -434,8 +434,8 @@ SV_EXPORT ssize_t rrecvfrom(int socket, void* buf, size_t len, int flags, struct
 SV_EXPORT ssize_t rrecvmsg(int socket, struct msghdr* msg, int flags) {
   if (!msg) return fail(EINVAL);
   if (msg->msg_control && msg->msg_controllen) return fail(ENOTSUP);
-  return do_recvv(socket, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
-                  static_cast<sockaddr*>(msg->msg_name), msg->msg_name ? &msg->msg_namelen : nullptr);
+  return do_recvv(socket, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, static_cast<sockaddr*>(msg->msg_name),
+                  msg->msg_name ? &msg->msg_namelen : nullptr);
 }
 
 SV_EXPORT ssize_t rsend(int socket, const void* buf, size_t len, int flags) {

@@ -116,7 +116,7 @@ struct Dgram;  // rs_dgram.hpp
 struct Rsocket {
   std::mutex mu;
   std::shared_ptr<Dgram> dg;  // set for a datagram (SOCK_DGRAM) rsocket
-  int index = -1;  // the descriptor: the fd of the socket's own CM channel
+  int index = -1;             // the descriptor: the fd of the socket's own CM channel
   int domain = AF_INET;
   rdma_event_channel* ch = nullptr;
   rdma_cm_id* id = nullptr;

@@ -173,16 +173,16 @@ TEST(Udpong, ClientRunsAgainstOneServer) {
   constexpr const char* kServer = "127.0.0.86";
   constexpr uint16_t kPort = 7481;
   const Env senv = device_env((std::string("uds@") + kServer).c_str());
-  Process server({kLauncher, "run", "--", "stdbuf", "-oL", "udpong", "-b", kServer, "-p", std::to_string(kPort)},
-                 senv, shown_env(senv));
+  Process server({kLauncher, "run", "--", "stdbuf", "-oL", "udpong", "-b", kServer, "-p", std::to_string(kPort)}, senv,
+                 shown_env(senv));
   ASSERT_TRUE(server.wait_until([&] { return udp_port_bound(kPort); }, kRstreamLimit))
       << server.wait(milliseconds(1000)).describe();
   const Env cenv = device_env("udc@127.0.0.87");
   const std::vector<std::vector<std::string>> runs = {
-      {"-C", "200", "-S", "1000"},             // non-blocking sends, the server counts
-      {"-C", "50", "-S", "2000", "-T", "e"},   // echoed, near the 2040-byte limit
-      {"-C", "50", "-S", "64", "-T", "b"},     // blocking calls
-      {"-C", "50", "-S", "512", "-T", "a"}};   // rpoll before every call
+      {"-C", "200", "-S", "1000"},            // non-blocking sends, the server counts
+      {"-C", "50", "-S", "2000", "-T", "e"},  // echoed, near the 2040-byte limit
+      {"-C", "50", "-S", "64", "-T", "b"},    // blocking calls
+      {"-C", "50", "-S", "512", "-T", "a"}};  // rpoll before every call
   for (const auto& args : runs) {
     std::vector<std::string> argv = {kLauncher, "run", "--", "udpong", "-s", kServer, "-p", std::to_string(kPort)};
     argv.insert(argv.end(), args.begin(), args.end());

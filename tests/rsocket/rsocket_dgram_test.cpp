@@ -182,11 +182,11 @@ TEST(RsocketDgram, BadInputFailsWithErrno) {
   // Plain UDP datagrams to the socket's port that are not an rsocket's are dropped.
   int udp = socket(AF_INET, SOCK_DGRAM, 0);
   ASSERT_GE(udp, 0);
-  std::vector<std::vector<uint8_t>> junk = {{}, {1, 2, 3}, std::vector<uint8_t>(16, 0x55), std::vector<uint8_t>(3000, 0)};
-  junk[2][4] = 4;   // a valid tag and version, a wrong length
+  std::vector<std::vector<uint8_t>> junk = {
+      {}, {1, 2, 3}, std::vector<uint8_t>(16, 0x55), std::vector<uint8_t>(3000, 0)};
+  junk[2][4] = 4;  // a valid tag and version, a wrong length
   junk[2][6] = 99;
-  for (auto& j : junk)
-    sendto(udp, j.data(), j.size(), 0, reinterpret_cast<sockaddr*>(&self), sizeof self);
+  for (auto& j : junk) sendto(udp, j.data(), j.size(), 0, reinterpret_cast<sockaddr*>(&self), sizeof self);
   ::close(udp);
   pollfd p{fd, POLLIN, 0};
   EXPECT_EQ(rpoll(&p, 1, 50), 0);
