@@ -143,6 +143,93 @@ TEST(RsocketDgram, ConnectedSocketSendsAndReceives) {
   EXPECT_EQ(rclose(srv), 0);
 }
 
+// AF_INET6 sockets on v4-mapped addresses: the 24-byte headers (so at most
+// 2024 bytes of payload) and senders reported as AF_INET6.
+TEST(RsocketDgram, Ipv6SocketsOnMappedAddresses) {
+  auto mapped = [](const char* ip, uint16_t port) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    inet_pton(AF_INET6, (std::string("::ffff:") + ip).c_str(), &a.sin6_addr);
+    return a;
+  };
+  int a = rsocket(AF_INET6, SOCK_DGRAM, 0), b = rsocket(AF_INET6, SOCK_DGRAM, 0);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  sockaddr_in6 sa = mapped("127.0.0.54", 7307), sb = mapped("127.0.0.55", 7308);
+  ASSERT_EQ(rbind(a, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << strerror(errno);
+  ASSERT_EQ(rbind(b, reinterpret_cast<sockaddr*>(&sb), sizeof sb), 0) << strerror(errno);
+  std::string big(2024, 'q');
+  EXPECT_EQ(rsendto(a, big.data(), 2025, 0, reinterpret_cast<sockaddr*>(&sb), sizeof sb), -1);
+  EXPECT_EQ(errno, EMSGSIZE);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(rsendto(a, big.data(), big.size(), 0, reinterpret_cast<sockaddr*>(&sb), sizeof sb), 2024)
+        << strerror(errno);
+    ASSERT_TRUE(readable(b));
+    char buf[4096];
+    sockaddr_in6 from{};
+    socklen_t len = sizeof from;
+    ASSERT_EQ(rrecvfrom(b, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len), 2024);
+    EXPECT_EQ(len, sizeof from);
+    EXPECT_EQ(from.sin6_family, AF_INET6);
+    EXPECT_EQ(ntohs(from.sin6_port), 7307);
+    EXPECT_EQ(std::memcmp(&from.sin6_addr, &sa.sin6_addr, 16), 0);
+    ASSERT_EQ(rsendto(b, "ok", 2, 0, reinterpret_cast<sockaddr*>(&from), len), 2);
+    ASSERT_TRUE(readable(a));
+    ASSERT_EQ(rrecv(a, buf, sizeof buf, 0), 2);
+  }
+  EXPECT_EQ(rclose(a), 0);
+  EXPECT_EQ(rclose(b), 0);
+}
+
+// The UDP path, bytes on the wire, against a plain UDP socket playing
+// rdma-core's side (librdmacm/rsocket.c, struct ds_udp_header): its DATA is
+// delivered with its address as the sender, and answered with a CTRL carrying
+// the rsocket's QPN; the rsocket's own first datagram has the same layout.
+TEST(RsocketDgram, UdpPathHeadersAreRdmaCores) {
+  int r = bound("127.0.0.54", 7309);
+  ASSERT_GE(r, 0);
+  int udp = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(udp, 0);
+  sockaddr_in peer = addr4("127.0.0.55", 7310), rs_addr = addr4("127.0.0.54", 7309);
+  ASSERT_EQ(::bind(udp, reinterpret_cast<sockaddr*>(&peer), sizeof peer), 0) << strerror(errno);
+  // tag 0x55555555, version 4, op DATA (0), length 16, reserved, QPN (24 bits), IPv4 address.
+  uint8_t data[16 + 5] = {0x55, 0x55, 0x55, 0x55, 4, 0, 16, 0, 0x00, 0x12, 0x34, 0x56, 127, 0, 0, 55};
+  std::memcpy(data + 16, "hello", 5);
+  ASSERT_EQ(sendto(udp, data, sizeof data, 0, reinterpret_cast<sockaddr*>(&rs_addr), sizeof rs_addr),
+            static_cast<ssize_t>(sizeof data));
+  sockaddr_in from{};
+  EXPECT_EQ(recv_one(r, &from), "hello");
+  EXPECT_EQ(from.sin_addr.s_addr, peer.sin_addr.s_addr);
+  EXPECT_EQ(from.sin_port, peer.sin_port);
+
+  pollfd p{udp, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, kWaitMs), 1);
+  uint8_t ctrl[64];
+  ASSERT_EQ(recv(udp, ctrl, sizeof ctrl, 0), 16);
+  const uint8_t head[] = {0x55, 0x55, 0x55, 0x55, 4, 7, 16, 0};
+  EXPECT_EQ(std::memcmp(ctrl, head, sizeof head), 0);
+  EXPECT_EQ(ctrl[8], 0);  // the QPN's top byte
+  EXPECT_NE(ctrl[9] | ctrl[10] | ctrl[11], 0);
+  const uint8_t ip[] = {127, 0, 0, 54};
+  EXPECT_EQ(std::memcmp(ctrl + 12, ip, 4), 0);
+
+  // A fresh rsocket's first datagram to the plain socket: DATA, its QPN and address, the payload.
+  int s = bound("127.0.0.54", 7311);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(send_str(s, "abc", peer), 3);
+  ASSERT_EQ(poll(&p, 1, kWaitMs), 1);
+  uint8_t first[64];
+  ASSERT_EQ(recv(udp, first, sizeof first, 0), 16 + 3);
+  const uint8_t data_head[] = {0x55, 0x55, 0x55, 0x55, 4, 0, 16, 0};
+  EXPECT_EQ(std::memcmp(first, data_head, sizeof data_head), 0);
+  EXPECT_EQ(std::memcmp(first + 12, ip, 4), 0);
+  EXPECT_EQ(std::memcmp(first + 16, "abc", 3), 0);
+  ::close(udp);
+  EXPECT_EQ(rclose(s), 0);
+  EXPECT_EQ(rclose(r), 0);
+}
+
 TEST(RsocketDgram, BadInputFailsWithErrno) {
   errno = 0;
   EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), -1);
