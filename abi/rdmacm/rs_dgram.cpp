@@ -8,6 +8,7 @@
 #include "abi/rdmacm/rs_dgram.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,7 +36,12 @@ int wait_for(Rsocket& rs, std::unique_lock<std::mutex>& lk, bool nonblock, bool 
   for (bool armed = false;;) {
     dgram_progress(rs);
     if (test(rs)) return 0;
-    if (nonblock) return fail(EWOULDBLOCK);
+    if (nonblock) {
+      // A caller that spins on EWOULDBLOCK (udpong's default) would take the
+      // CPU from the progress thread that delivers its datagrams.
+      sched_yield();
+      return fail(EWOULDBLOCK);
+    }
     if (!armed) {
       dgram_arm(rs);
       armed = true;
