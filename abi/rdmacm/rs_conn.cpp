@@ -14,6 +14,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "abi/rdmacm/rs_dgram.hpp"
 #include "abi/rdmacm/rsocket.hpp"
 
 namespace softverbs::abi::rs {
@@ -56,11 +57,6 @@ RsPtr alloc(const Rsocket* parent) {
   }
   rs->index = rs->ch->fd;
   return rs;
-}
-
-void insert(const RsPtr& rs) {
-  std::lock_guard lock(g_table_mu);
-  table()[rs->index] = rs;
 }
 
 // rdma-core's rs_value_to_scale/rs_scale_to_value: an 8-bit count that is
@@ -305,6 +301,11 @@ int connect_event(Rsocket& rs, const rdma_cm_event& ev) {
 
 }  // namespace
 
+void insert(const RsPtr& rs) {
+  std::lock_guard lock(g_table_mu);
+  table()[rs->index] = rs;
+}
+
 RsPtr lookup(int index) {
   std::lock_guard lock(g_table_mu);
   auto it = table().find(index);
@@ -317,8 +318,9 @@ int create(int domain, int type, int protocol) {
       (type == SOCK_STREAM && protocol && protocol != IPPROTO_TCP) ||
       (type == SOCK_DGRAM && protocol && protocol != IPPROTO_UDP))
     return fail(ENOTSUP);
-  // Datagram rsockets are not offered (docs/compatibility.md).
-  if (type == SOCK_DGRAM) return fail(ENOTSUP);
+  // AF_IB passes for both types; a datagram one then fails in socket(2)
+  // (EAFNOSUPPORT), as rdma-core's does.
+  if (type == SOCK_DGRAM) return dgram_create(domain);
   RsPtr rs = alloc(nullptr);
   if (!rs) return -1;
   rs->domain = domain;
@@ -503,6 +505,7 @@ int close(int index) {
     table().erase(it);
   }
   std::unique_lock lk(rs->mu);
+  if (rs->dg) return dgram_close(*rs, lk);
   if (rs->state & kConnected) shutdown(*rs, lk, SHUT_RDWR);
   for (PendingRequest& req : rs->pending) {
     rdma_reject(req.id, nullptr, 0);

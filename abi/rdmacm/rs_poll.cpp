@@ -1,4 +1,5 @@
-// rsockets: waiting. A stream rsocket has two real descriptors to wait on:
+// rsockets: waiting (a datagram rsocket's fds: rs_dgram.cpp). A stream
+// rsocket has two real descriptors to wait on:
 // its CM event channel (connection setup, DISCONNECTED) and its CQ's
 // completion channel (the peer's messages and our completions). Blocking
 // calls and rpoll arm the CQ, check again (a completion may have come in
@@ -12,6 +13,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "abi/rdmacm/rs_dgram.hpp"
 #include "abi/rdmacm/rsocket.hpp"
 
 namespace softverbs::abi::rs {
@@ -32,6 +34,7 @@ namespace {
 
 // The fds a sleeping caller waits on for this socket.
 void wait_fds(const Rsocket& rs, std::vector<pollfd>& out) {
+  if (rs.dg) return dgram_wait_fds(rs, out);
   if (rs.ch) out.push_back({rs.ch->fd, POLLIN, 0});
   if (rs.cq_ch) out.push_back({rs.cq_ch->fd, POLLIN, 0});
 }
@@ -83,6 +86,7 @@ namespace {
 // ready, so a later completion wakes the caller.
 short poll_rs(Rsocket& rs, short events, bool arm) {
   std::unique_lock lk(rs.mu);
+  if (rs.dg) return rs.dg->udp < 0 ? static_cast<short>(POLLNVAL) : dgram_poll(rs, events, arm);
   if (rs.state == kListening) {
     take_requests(rs);
     return (events & POLLIN) && !rs.pending.empty() ? POLLIN : 0;

@@ -1,10 +1,14 @@
 // The rsocket exports of librdmacm.so.1 (rdma/rsocket.h, node RDMACM_1.0):
-// stream rsockets (SOCK_STREAM over AF_INET/AF_INET6) speaking rdma-core 44's
-// rsockets protocol over the public rdma_cm and verbs API (rsocket.hpp,
-// rs_conn.cpp, rs_data.cpp, rs_poll.cpp, rs_iomap.cpp, rs_keepalive.cpp).
-// The answers for what is not offered are rdma-core's:
-//  * rsocket(): ENOTSUP for another family, type or protocol, and for
-//    SOCK_DGRAM (datagram rsockets are not offered).
+// stream and datagram rsockets (SOCK_STREAM, SOCK_DGRAM over
+// AF_INET/AF_INET6) speaking rdma-core 44's rsockets protocols over the
+// public rdma_cm and verbs API (rsocket.hpp, rs_conn.cpp, rs_data.cpp,
+// rs_poll.cpp, rs_iomap.cpp, rs_keepalive.cpp; datagrams: rs_dgram.hpp,
+// rs_dgram.cpp, rs_dgram_path.cpp). The answers for what is not offered are
+// rdma-core's:
+//  * rsocket(): ENOTSUP for another family, type or protocol.
+//  * a datagram rsocket: the socket options of levels other than SOL_RDMA
+//    go to its UDP socket first (whose error is the answer); rlisten,
+//    raccept, riomap and riowrite: EOPNOTSUPP (rdma-core has no check).
 //  * a descriptor that is not an rsocket: EBADF.
 //  * an option rdma-core does not know: ENOTSUP; SOL_RDMA options once the
 //    socket is connecting: EINVAL; rfcntl commands other than F_GETFL/F_SETFL:
@@ -23,6 +27,7 @@
 #include <cstring>
 
 #include "abi/common/export.hpp"
+#include "abi/rdmacm/rs_dgram.hpp"
 
 namespace rs = softverbs::abi::rs;
 using softverbs::abi::guarded;
@@ -69,6 +74,8 @@ int setsockopt_locked(const rs::RsPtr& sp, int level, int optname, const void* o
   uint64_t* opts = nullptr;
   bool on = false;
   int v = 0;
+  const bool dgram = r.dg != nullptr;
+  if (dgram && level != SOL_RDMA && ::setsockopt(r.dg->udp, level, optname, optval, optlen) != 0) return -1;
   int ret = fail(ENOTSUP);
   switch (level) {
     case SOL_SOCKET:
@@ -76,18 +83,18 @@ int setsockopt_locked(const rs::RsPtr& sp, int level, int optname, const void* o
       switch (optname) {
         case SO_REUSEADDR:
           if (get_int(optval, optlen, &v)) return -1;
-          ret = rdma_set_option(r.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &v, sizeof v);
+          ret = dgram ? 0 : rdma_set_option(r.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &v, sizeof v);
           if (ret && errno == ENOSYS) ret = 0;
           on = v;
           break;
         case SO_RCVBUF:
           if (get_int(optval, optlen, &v)) return -1;
-          if (!r.rbuf) r.rbuf_size = static_cast<uint32_t>(v) << 1;
+          if (dgram ? r.dg->qps.empty() : !r.rbuf) r.rbuf_size = static_cast<uint32_t>(v) << 1;
           ret = 0;
           break;
         case SO_SNDBUF:
           if (get_int(optval, optlen, &v)) return -1;
-          if (!r.sbuf) r.sbuf_size = static_cast<uint32_t>(v) << 1;
+          if (dgram ? !r.dg->sbuf : !r.sbuf) r.sbuf_size = static_cast<uint32_t>(v) << 1;
           if (r.sbuf_size < rs::kSndLowat) r.sbuf_size = rs::kSndLowat << 1;
           ret = 0;
           break;
@@ -100,7 +107,7 @@ int setsockopt_locked(const rs::RsPtr& sp, int level, int optname, const void* o
         case SO_KEEPALIVE:
           if (get_int(optval, optlen, &v)) return -1;
           if (v && !r.keepalive_time) r.keepalive_time = default_keepalive_time();
-          ret = rs::keepalive(sp, v != 0, r.keepalive_time);
+          ret = dgram ? 0 : rs::keepalive(sp, v != 0, r.keepalive_time);  // no keepalives without a connection
           on = v;
           break;
         case SO_OOBINLINE:
@@ -124,7 +131,7 @@ int setsockopt_locked(const rs::RsPtr& sp, int level, int optname, const void* o
           if (get_int(optval, optlen, &v)) return -1;
           if (v <= 0) return fail(EINVAL);
           r.keepalive_time = static_cast<unsigned>(v);
-          ret = (r.so_opts >> SO_KEEPALIVE) & 1 ? rs::keepalive(sp, true, r.keepalive_time) : 0;
+          ret = !dgram && (r.so_opts >> SO_KEEPALIVE) & 1 ? rs::keepalive(sp, true, r.keepalive_time) : 0;
           break;
         case TCP_NODELAY:
           if (get_int(optval, optlen, &v)) return -1;
@@ -139,7 +146,7 @@ int setsockopt_locked(const rs::RsPtr& sp, int level, int optname, const void* o
       opts = &r.ipv6_opts;
       if (optname == IPV6_V6ONLY) {
         if (get_int(optval, optlen, &v)) return -1;
-        ret = rdma_set_option(r.id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &v, sizeof v);
+        ret = dgram ? 0 : rdma_set_option(r.id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &v, sizeof v);
         on = v;
       }
       break;
@@ -304,24 +311,40 @@ ssize_t do_recv(int socket, void* buf, size_t len, int flags) {
   return guarded(ssize_t{-1}, [&]() -> ssize_t {
     SV_RS_OR_EBADF(socket, -1);
     std::unique_lock lk(s->mu);
+    if (s->dg) {
+      iovec iov{buf, len};
+      return rs::dgram_recvfrom(*s, lk, &iov, 1, flags, nullptr, nullptr);
+    }
     return rs::recv(*s, lk, buf, len, flags);
   });
 }
 
-ssize_t do_sendv(int socket, const iovec* iov, int iovcnt, int flags) {
+// The destination counts for a datagram rsocket only (a stream ignores it,
+// as send(2) on a connected TCP socket does).
+ssize_t do_sendv(int socket, const iovec* iov, int iovcnt, int flags, const sockaddr* dest = nullptr,
+                 socklen_t destlen = 0) {
   return guarded(ssize_t{-1}, [&]() -> ssize_t {
     SV_RS_OR_EBADF(socket, -1);
     if (iovcnt < 0 || (iovcnt && !iov)) return fail(EINVAL);
-    if (!iovcnt) return 0;
     std::unique_lock lk(s->mu);
+    if (s->dg) return rs::dgram_sendto(*s, lk, iov, iovcnt, flags, dest, destlen);
+    if (!iovcnt) return 0;
     return rs::sendv(*s, lk, iov, iovcnt, flags);
   });
 }
 
 // Fills the vector in order: the first with the call's blocking rules, the
 // rest with what is already there.
-ssize_t do_recvv(int socket, const iovec* iov, int iovcnt, int flags) {
+ssize_t do_recvv(int socket, const iovec* iov, int iovcnt, int flags, sockaddr* src = nullptr,
+                 socklen_t* srclen = nullptr) {
   if (iovcnt < 0 || (iovcnt && !iov)) return fail(EINVAL);
+  if (rs::RsPtr s = rs::lookup(socket); s && s->dg) {
+    // One datagram across the vector.
+    return guarded(ssize_t{-1}, [&]() -> ssize_t {
+      std::unique_lock lk(s->mu);
+      return rs::dgram_recvfrom(*s, lk, iov, iovcnt, flags, src, srclen);
+    });
+  }
   ssize_t total = 0;
   for (int i = 0; i < iovcnt; ++i) {
     if (!iov[i].iov_len) continue;
@@ -339,10 +362,11 @@ SV_EXPORT int rsocket(int domain, int type, int protocol) {
   return guarded(-1, [&] { return rs::create(domain, type, protocol); });
 }
 
-SV_EXPORT int rbind(int socket, const struct sockaddr* addr, socklen_t /*addrlen*/) {
+SV_EXPORT int rbind(int socket, const struct sockaddr* addr, socklen_t addrlen) {
   return guarded(-1, [&]() -> int {
     SV_RS_OR_EBADF(socket, -1);
     std::lock_guard lk(s->mu);
+    if (s->dg) return rs::dgram_bind(*s, addr, addrlen);
     return rs::bind(*s, addr);
   });
 }
@@ -350,6 +374,7 @@ SV_EXPORT int rbind(int socket, const struct sockaddr* addr, socklen_t /*addrlen
 SV_EXPORT int rlisten(int socket, int backlog) {
   return guarded(-1, [&]() -> int {
     SV_RS_OR_EBADF(socket, -1);
+    if (s->dg) return fail(EOPNOTSUPP);
     std::lock_guard lk(s->mu);
     return rs::listen(*s, backlog);
   });
@@ -358,6 +383,7 @@ SV_EXPORT int rlisten(int socket, int backlog) {
 SV_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen) {
   return guarded(-1, [&]() -> int {
     SV_RS_OR_EBADF(socket, -1);
+    if (s->dg) return fail(EOPNOTSUPP);
     return rs::accept(s, addr, addrlen);
   });
 }
@@ -365,6 +391,10 @@ SV_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen) {
 SV_EXPORT int rconnect(int socket, const struct sockaddr* addr, socklen_t addrlen) {
   return guarded(-1, [&]() -> int {
     SV_RS_OR_EBADF(socket, -1);
+    if (s->dg) {
+      std::lock_guard lk(s->mu);
+      return rs::dgram_connect(*s, addr, addrlen);
+    }
     return rs::connect(*s, addr, addrlen);
   });
 }
@@ -373,6 +403,13 @@ SV_EXPORT int rshutdown(int socket, int how) {
   return guarded(-1, [&]() -> int {
     SV_RS_OR_EBADF(socket, -1);
     std::unique_lock lk(s->mu);
+    if (s->dg) {
+      // rdma-core's ds_shutdown: the directions are closed, nothing is sent.
+      if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return fail(EINVAL);
+      if (how != SHUT_WR) s->state &= ~rs::kReadable;
+      if (how != SHUT_RD) s->state &= ~rs::kWritable;
+      return 0;
+    }
     return rs::shutdown(*s, lk, how);
   });
 }
@@ -385,6 +422,10 @@ SV_EXPORT ssize_t rrecv(int socket, void* buf, size_t len, int flags) { return d
 
 SV_EXPORT ssize_t rrecvfrom(int socket, void* buf, size_t len, int flags, struct sockaddr* src_addr,
                             socklen_t* addrlen) {
+  if (rs::RsPtr s = rs::lookup(socket); s && s->dg) {
+    iovec iov{buf, len};
+    return do_recvv(socket, &iov, 1, flags, src_addr, addrlen);
+  }
   const ssize_t n = do_recv(socket, buf, len, flags);
   if (n > 0 && src_addr && addrlen) rgetpeername(socket, src_addr, addrlen);
   return n;
@@ -393,7 +434,8 @@ SV_EXPORT ssize_t rrecvfrom(int socket, void* buf, size_t len, int flags, struct
 SV_EXPORT ssize_t rrecvmsg(int socket, struct msghdr* msg, int flags) {
   if (!msg) return fail(EINVAL);
   if (msg->msg_control && msg->msg_controllen) return fail(ENOTSUP);
-  return do_recvv(socket, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+  return do_recvv(socket, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, static_cast<sockaddr*>(msg->msg_name),
+                  msg->msg_name ? &msg->msg_namelen : nullptr);
 }
 
 SV_EXPORT ssize_t rsend(int socket, const void* buf, size_t len, int flags) {
@@ -401,16 +443,17 @@ SV_EXPORT ssize_t rsend(int socket, const void* buf, size_t len, int flags) {
   return do_sendv(socket, &iov, 1, flags);
 }
 
-// A stream socket ignores the destination, as send(2) on a connected TCP socket.
-SV_EXPORT ssize_t rsendto(int socket, const void* buf, size_t len, int flags, const struct sockaddr* /*dest*/,
-                          socklen_t /*addrlen*/) {
-  return rsend(socket, buf, len, flags);
+SV_EXPORT ssize_t rsendto(int socket, const void* buf, size_t len, int flags, const struct sockaddr* dest,
+                          socklen_t addrlen) {
+  iovec iov{const_cast<void*>(buf), len};
+  return do_sendv(socket, &iov, 1, flags, dest, addrlen);
 }
 
 SV_EXPORT ssize_t rsendmsg(int socket, const struct msghdr* msg, int flags) {
   if (!msg) return fail(EINVAL);
   if (msg->msg_control && msg->msg_controllen) return fail(ENOTSUP);
-  return do_sendv(socket, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+  return do_sendv(socket, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags,
+                  static_cast<const sockaddr*>(msg->msg_name), msg->msg_namelen);
 }
 
 SV_EXPORT ssize_t rread(int socket, void* buf, size_t count) { return do_recv(socket, buf, count, 0); }
@@ -434,6 +477,7 @@ SV_EXPORT int rgetpeername(int socket, struct sockaddr* addr, socklen_t* addrlen
     SV_RS_OR_EBADF(socket, -1);
     if (!addr || !addrlen) return fail(EFAULT);
     std::lock_guard lk(s->mu);
+    if (s->dg) return ::getpeername(s->dg->udp, addr, addrlen);
     copy_addr(rdma_get_peer_addr(s->id), addr, addrlen);
     return 0;
   });
@@ -444,6 +488,7 @@ SV_EXPORT int rgetsockname(int socket, struct sockaddr* addr, socklen_t* addrlen
     SV_RS_OR_EBADF(socket, -1);
     if (!addr || !addrlen) return fail(EFAULT);
     std::lock_guard lk(s->mu);
+    if (s->dg) return ::getsockname(s->dg->udp, addr, addrlen);
     copy_addr(rdma_get_local_addr(s->id), addr, addrlen);
     return 0;
   });
@@ -488,6 +533,7 @@ SV_EXPORT int rfcntl(int socket, int cmd, ...) {
 SV_EXPORT off_t riomap(int socket, void* buf, size_t len, int prot, int /*flags*/, off_t offset) {
   return guarded(off_t{-1}, [&]() -> off_t {
     SV_RS_OR_EBADF(socket, -1);
+    if (s->dg) return fail(EOPNOTSUPP);
     std::lock_guard lk(s->mu);
     return rs::iomap(*s, buf, len, prot, offset);
   });
@@ -505,6 +551,7 @@ SV_EXPORT int riounmap(int socket, void* buf, size_t len) {
 SV_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t offset, int flags) {
   return static_cast<size_t>(guarded(ssize_t{-1}, [&]() -> ssize_t {
     SV_RS_OR_EBADF(socket, -1);
+    if (s->dg) return fail(EOPNOTSUPP);
     std::unique_lock lk(s->mu);
     return rs::iowrite(*s, lk, buf, count, offset, flags);
   }));

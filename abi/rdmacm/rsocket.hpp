@@ -1,5 +1,5 @@
 // rsockets (rdma/rsocket.h) inside librdmacm.so.1: the state of one stream
-// rsocket and the protocol it speaks, shared by rs_conn.cpp (sockets,
+// rsocket and the protocol it speaks (datagram rsockets: rs_dgram.hpp), shared by rs_conn.cpp (sockets,
 // connection setup, teardown), rs_data.cpp (the data path, credits) and
 // rs_poll.cpp (waiting, rpoll). Everything is built on the PUBLIC rdma_cm and
 // verbs API (the exports of our own librdmacm.so.1 and libibverbs.so.1), so it
@@ -111,9 +111,12 @@ struct PendingRequest {
   bool valid;  // the private data was an rsocket's
 };
 
+struct Dgram;  // rs_dgram.hpp
+
 struct Rsocket {
   std::mutex mu;
-  int index = -1;  // the descriptor: the fd of the socket's own CM channel
+  std::shared_ptr<Dgram> dg;  // set for a datagram (SOCK_DGRAM) rsocket
+  int index = -1;             // the descriptor: the fd of the socket's own CM channel
   int domain = AF_INET;
   rdma_event_channel* ch = nullptr;
   rdma_cm_id* id = nullptr;
@@ -182,6 +185,7 @@ using RsPtr = std::shared_ptr<Rsocket>;
 
 // ---- rs_conn.cpp ----
 RsPtr lookup(int index);
+void insert(const RsPtr& rs);
 int create(int domain, int type, int protocol);
 int bind(Rsocket& rs, const sockaddr* addr);
 int listen(Rsocket& rs, int backlog);

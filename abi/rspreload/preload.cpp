@@ -1,10 +1,15 @@
-// librspreload.so: TCP sockets over rsockets for unmodified programs, by
-// LD_PRELOAD (rdma-core's librspreload, same idea, our own code):
+// librspreload.so: TCP and UDP sockets over rsockets for unmodified
+// programs, by LD_PRELOAD (rdma-core's librspreload, same idea, our own code):
 //  * socket(AF_INET/AF_INET6, SOCK_STREAM, 0 or IPPROTO_TCP) makes a real
 //    socket, whose number the program sees, and an rsocket behind it; every
 //    socket call on that number goes to the rsocket (rbind, rconnect, rsend,
 //    rpoll, ...). If no rsocket can be made, the real socket is the program's
 //    (no RDMA device: plain TCP).
+//  * socket(AF_INET/AF_INET6, SOCK_DGRAM, 0 or IPPROTO_UDP) the same way,
+//    with a datagram rsocket, when the process has an RDMA device (rdma-core
+//    maps UDP sockets too). The UDP sockets our own libraries make (the
+//    emulated devices', a datagram rsocket's own) are never mapped: the
+//    caller's address says whose call it is.
 //  * accept() on such a socket maps the accepted rsocket to a new real socket
 //    number the same way.
 //  * every other descriptor goes to libc unchanged, including the ones our
@@ -15,6 +20,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -43,6 +49,22 @@ F real(const char* name) {
 }
 #define SV_REAL(name) static const auto real_##name = real<decltype(&::name)>(#name)
 
+// Whether the code at `ret` (a caller's return address) is in our own
+// libibverbs.so.1 or librdmacm.so.1.
+bool in_our_libraries(void* ret) {
+  Dl_info info{};
+  if (!ret || !dladdr(ret, &info) || !info.dli_fname) return false;
+  const char* slash = std::strrchr(info.dli_fname, '/');
+  const char* base = slash ? slash + 1 : info.dli_fname;
+  return std::strncmp(base, "libibverbs.so", 13) == 0 || std::strncmp(base, "librdmacm.so", 12) == 0;
+}
+
+bool have_rdma_device() {
+  int n = 0;
+  if (ibv_context** devs = rdma_get_devices(&n)) rdma_free_devices(devs);
+  return n > 0;
+}
+
 // Maps a fresh real socket number to rsocket `r`; -1 (r closed) when none can be had.
 int map_new(int domain, int r) {
   SV_REAL(socket);
@@ -62,12 +84,16 @@ int map_new(int domain, int r) {
 SV_PRELOAD int socket(int domain, int type, int protocol) {
   SV_REAL(socket);
   const int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-  const bool tcp =
-      (domain == AF_INET || domain == AF_INET6) && base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+  const bool inet = domain == AF_INET || domain == AF_INET6;
+  const bool tcp = inet && base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+  const bool udp = inet && base == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP) &&
+                   !in_our_libraries(__builtin_return_address(0));
   const int fd = real_socket(domain, type, protocol);
-  if (!tcp || fd < 0 || fd >= kMaxFd) return fd;
+  if (!(tcp || udp) || fd < 0 || fd >= kMaxFd) return fd;
   const int saved = errno;
-  const int r = rsocket(domain, SOCK_STREAM, 0);
+  // A datagram rsocket is made without a device (its QPs come later), so
+  // that one is asked first.
+  const int r = udp && !have_rdma_device() ? -1 : rsocket(domain, base, 0);
   errno = saved;
   if (r < 0) return fd;  // no rsockets here: the program keeps its TCP socket
   if (type & SOCK_NONBLOCK) rfcntl(r, F_SETFL, O_NONBLOCK);

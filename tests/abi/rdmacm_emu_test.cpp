@@ -6,7 +6,7 @@
 //   - the argument checks librdmacm 44 makes in the library itself come first;
 //   - ids, channels and events this library never handed out get EINVAL
 //     (rdma-core would follow the pointer), without reaching the provider;
-//   - rsockets fail (EAFNOSUPPORT).
+//   - rsockets with a family, type or protocol rdma-core refuses fail (ENOTSUP).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <rdma/rdma_cma.h>
@@ -129,12 +129,17 @@ TEST_F(RdmacmEmu, ObjectsThisLibraryNeverMadeGetEinval) {
   rdma_destroy_event_channel(&channel);
 }
 
-// Stream rsockets exist (tests/rsocket); datagram ones and descriptors that are
-// not rsockets fail as rdma-core's do.
-TEST_F(RdmacmEmu, DatagramRsocketsAreNotOffered) {
+// Stream and datagram rsockets exist (tests/rsocket); a protocol that does not
+// fit the type and descriptors that are not rsockets fail as rdma-core's do.
+TEST_F(RdmacmEmu, RsocketRefusalsAreRdmaCores) {
   errno = 0;
-  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, 0), -1);
+  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), -1);
   EXPECT_EQ(errno, ENOTSUP);
+  const int fd = rsocket(AF_INET, SOCK_DGRAM, 0);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  if (fd >= 0) {
+    EXPECT_EQ(rclose(fd), 0);
+  }
   errno = 0;
   EXPECT_EQ(rclose(0), -1);
   EXPECT_EQ(errno, EBADF);

@@ -29,7 +29,7 @@ FAILED=0
 for f in "$LAUNCHER" "$LIBRDMACM" "$EXPORTS"; do
   [[ -e $f ]] || { echo "cm_acceptance: $f missing" >&2; exit 2; }
 done
-for p in rping ucmatose udaddy rdma_server rdma_client cmtime rstream riostream mckey ib_send_bw ib_write_lat objdump; do
+for p in rping ucmatose udaddy rdma_server rdma_client cmtime rstream riostream udpong mckey ib_send_bw ib_write_lat objdump; do
   command -v "$p" >/dev/null || { echo "cm_acceptance: $p not found (apt-get install rdmacm-utils perftest binutils)" >&2; exit 2; }
 done
 
@@ -57,12 +57,19 @@ wait_device() {
 # With READY set, also waits up to 20 s until that abstract socket name is listed
 # in /proc/net/unix: a multicast receiver must have joined (its device announces
 # the membership under that name, docs/wire.md §1.6) before the sender sends.
+# With READY_UDP set (a port), waits the same way until /proc/net/udp lists it: a
+# datagram rsocket's server is bound (udpong prints nothing before a client logs in).
 READY=""
+READY_UDP=""
 wait_ready() {
   local log=$1 pid=$2
-  [[ -z $READY ]] && return 0
+  [[ -z $READY && -z $READY_UDP ]] && return 0
   for _ in $(seq 400); do
-    grep -q "$READY\$" /proc/net/unix 2>/dev/null && return 0
+    if [[ -n $READY ]]; then
+      grep -q "$READY\$" /proc/net/unix 2>/dev/null && return 0
+    else
+      grep -q ":$(printf %04X "$READY_UDP") " /proc/net/udp 2>/dev/null && return 0
+    fi
     kill -0 "$pid" 2>/dev/null || return 1
     sleep 0.05
   done
@@ -167,6 +174,12 @@ pair rstream exit "$XFER_ROW" "$XFER_ROW" \
   -- rstream -b "$S" -S 4096 -C 100 -- rstream -s "$S" -S 4096 -C 100
 pair riostream exit "$XFER_ROW" "$XFER_ROW" \
   -- riostream -b "$S" -S 4096 -C 100 -- riostream -s "$S" -S 4096 -C 100
+# udpong's server answers until it is stopped; a custom run (its default suite
+# repeats echoes late by over 1 ms, which a loaded host makes take minutes).
+READY_UDP=7174
+pair udpong kill "client login from $C" '^custom +1000 +[0-9]+' \
+  -- stdbuf -oL udpong -b "$S" -- udpong -s "$S" -S 1000 -C 100
+READY_UDP=""
 READY="@softverbs/mcast/::ffff:239.1.1.1/$S"
 pair mckey exit 'receiving data transfers' 'initiating data transfers' \
   -- mckey -m 239.1.1.1 -b "$S" -- mckey -m 239.1.1.1 -b "$C" -s

@@ -5,9 +5,8 @@
 // rdma_server's and rdma_client's "end 0", cmtime's table of steps, perftest -R's
 // results row; and rping with no configuration at all (the loopback service).
 //
-// Not here because rsockets are not offered yet (abi/rdmacm/rsocket.cpp: rsocket()
-// fails with EAFNOSUPPORT): udpong, rcopy, rstream, riostream. Nor mckey: no UD
-// multicast in the emulated CM.
+// Not here: the rsockets programs (rstream, riostream, rcopy, udpong), in
+// rsocket_clients_test.cpp. Nor mckey: no UD multicast in the emulated CM.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

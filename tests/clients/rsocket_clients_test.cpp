@@ -1,8 +1,9 @@
-// rdmacm-utils' rstream, riostream and rcopy, unmodified, between two processes through the
-// launcher (`softverbs run --`), each with a device of its own: stream
-// rsockets over the emulated CM and RC QPs, rdma-core's rsockets protocol on
-// both ends. The server's header line (printed once it listens) is the signal
-// to start the client; stdbuf makes it line-buffered so it arrives at once.
+// rdmacm-utils' rstream, riostream, rcopy and udpong, unmodified, between two
+// processes through the launcher (`softverbs run --`), each with a device of
+// its own: stream rsockets over the emulated CM and RC QPs (udpong: datagram
+// rsockets over UD QPs), rdma-core's rsockets protocols on both ends. The
+// server's header line (printed once it listens) is the signal to start the
+// client; stdbuf makes it line-buffered so it arrives at once.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -145,6 +146,53 @@ bool tcp_port_listened(uint16_t port) {
   return false;
 }
 
+// Whether some socket is bound to UDP port `port` (/proc/net/udp, udp6).
+bool udp_port_bound(uint16_t port) {
+  char suffix[8];
+  std::snprintf(suffix, sizeof suffix, ":%04X", port);
+  for (const char* file : {"/proc/net/udp", "/proc/net/udp6"}) {
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      std::string sl, local;
+      fields >> sl >> local;
+      if (local.size() >= 5 && local.compare(local.size() - 5, 5, suffix) == 0) return true;
+    }
+  }
+  return false;
+}
+
+// udpong: datagram rsockets (UD QPs, the first datagram over UDP) between
+// two processes. The server answers clients until it is killed; it prints
+// nothing before the first login, so its bound UDP port is the signal. Each
+// client run is a custom one (-C/-S): udpong's default suite repeats an echo
+// whose reply is late by more than 1 ms, and on a loaded machine the
+// duplicates it makes keep it busy for minutes.
+TEST(Udpong, ClientRunsAgainstOneServer) {
+  if (auto ok = installed("/usr/bin/udpong", "rdmacm-utils"); !ok) GTEST_SKIP() << ok.message();
+  constexpr const char* kServer = "127.0.0.86";
+  constexpr uint16_t kPort = 7481;
+  const Env senv = device_env((std::string("uds@") + kServer).c_str());
+  Process server({kLauncher, "run", "--", "stdbuf", "-oL", "udpong", "-b", kServer, "-p", std::to_string(kPort)}, senv,
+                 shown_env(senv));
+  ASSERT_TRUE(server.wait_until([&] { return udp_port_bound(kPort); }, kRstreamLimit))
+      << server.wait(milliseconds(1000)).describe();
+  const Env cenv = device_env("udc@127.0.0.87");
+  const std::vector<std::vector<std::string>> runs = {
+      {"-C", "200", "-S", "1000"},            // non-blocking sends, the server counts
+      {"-C", "50", "-S", "2000", "-T", "e"},  // echoed, near the 2040-byte limit
+      {"-C", "50", "-S", "64", "-T", "b"},    // blocking calls
+      {"-C", "50", "-S", "512", "-T", "a"}};  // rpoll before every call
+  for (const auto& args : runs) {
+    std::vector<std::string> argv = {kLauncher, "run", "--", "udpong", "-s", kServer, "-p", std::to_string(kPort)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ProcessResult client = run_client(argv, cenv, kRstreamLimit);
+    ASSERT_TRUE(client.exited_with(0)) << client.describe() << "\n=== server ===\n" << server.snapshot().describe();
+    EXPECT_NE(client.out.find("custom"), std::string::npos) << client.describe();
+  }
+  EXPECT_TRUE(server.wait_for_output("client login from 127.0.0.87", kRstreamLimit)) << server.snapshot().describe();
+}
+
 // `softverbs run --rsockets`: a Python TCP pair whose sockets are rsockets
 // (librspreload.so). The server never listens on a TCP port.
 TEST(Rspreload, PythonTcpPairOverRsockets) {
@@ -190,6 +238,44 @@ else:
   ASSERT_TRUE(s.exited_with(0)) << s.describe();
   EXPECT_NE(client.out.find("client got 1000 fffe"), std::string::npos) << client.describe();
   EXPECT_NE(s.out.find("server got 1000192 from 127.0.0.85"), std::string::npos) << s.describe();
+}
+
+// `softverbs run --rsockets` with UDP: the sockets are datagram rsockets. The
+// client never binds, so plain UDP would send from 127.0.0.1; a datagram
+// rsocket sends from its device's address, which the server reports.
+TEST(Rspreload, PythonUdpPairOverRsockets) {
+  if (auto ok = installed("/usr/bin/python3", "python3"); !ok) GTEST_SKIP() << ok.message();
+  const char* script = R"(
+import socket, sys
+port = int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if sys.argv[1] == 's':
+    s.bind((sys.argv[2], port))
+    print('bound', flush=True)
+    for n in range(20):
+        d, a = s.recvfrom(4096)
+        s.sendto(d[::-1], a)
+    print('server echoed 20, last from', a[0], flush=True)
+else:
+    s.connect((sys.argv[2], port))
+    back = b''
+    for i in range(20):
+        s.send(b'abc%02d' % i)
+        back += s.recv(4096)
+    print('client got', len(back), back[:5].decode(), flush=True)
+)";
+  const Env senv = device_env("rus@127.0.0.88");
+  Process server({kLauncher, "run", "--rsockets", "--", "python3", "-c", script, "s", "127.0.0.88", "7483"}, senv,
+                 shown_env(senv));
+  ASSERT_TRUE(server.wait_for_output("bound", kRstreamLimit)) << server.wait(milliseconds(1000)).describe();
+  const Env cenv = device_env("ruc@127.0.0.89");
+  ProcessResult client = run_client(
+      {kLauncher, "run", "--rsockets", "--", "python3", "-c", script, "c", "127.0.0.88", "7483"}, cenv, kRstreamLimit);
+  ProcessResult s = server.wait(kRstreamLimit);
+  ASSERT_TRUE(client.exited_with(0)) << client.describe() << s.describe();
+  ASSERT_TRUE(s.exited_with(0)) << s.describe();
+  EXPECT_NE(client.out.find("client got 100 00cba"), std::string::npos) << client.describe();
+  EXPECT_NE(s.out.find("server echoed 20, last from 127.0.0.89"), std::string::npos) << s.describe();
 }
 
 }  // namespace

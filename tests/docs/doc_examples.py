@@ -142,6 +142,19 @@ TESTS = {
                 "the client is repeated until the server started just before listens")],
         after=["wait"],
         expect=[r"ping data: rdma-ping-9: ", r"custom\s+4k\s+100\s+1\s"]),
+    # docs/rdma-cm.md, "Datagram rsockets": udpong's server, a custom client run and
+    # the server stopped. The client is repeated (bounded) until the server started
+    # just before is bound: a datagram to a port not bound yet fails the next send.
+    "rdma_cm_udpong": Test(
+        examples=[("docs/rdma-cm.md", "SOFTVERBS_DEVICES=s@127.0.0.20 build/bin/softverbs run -- udpong -b 127.0.0.20 &")],
+        timeout=120,
+        setup=["retry() { for i in $(seq 100); do \"$@\" && return 0; sleep 0.1; done; return 1; }"],
+        subst=[("127.0.0.20", "127.0.0.72", "an address no other test of the suite uses"),
+               ("127.0.0.21", "127.0.0.73", "an address no other test of the suite uses"),
+               ("build/bin/softverbs run -- udpong -s", "retry build/bin/softverbs run -- udpong -s",
+                "the client is repeated until the server started just before is bound")],
+        after=["wait"],
+        expect=[r"custom\s+1000\s+\d+\s"]),
     # docs/configuration.md, "CMake options": the sanitizer runtime preloaded into an
     # unmodified program. Run on this build (sanitized or not), it must still work.
     "configuration_asan_preload": Test(

@@ -100,7 +100,7 @@ TEST(Rsocket, ErrorsAreRdmaCores) {
   EXPECT_EQ(errno, ENOTSUP);
   EXPECT_EQ(rsocket(AF_INET, SOCK_STREAM, IPPROTO_UDP), -1);
   EXPECT_EQ(errno, ENOTSUP);
-  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, 0), -1);  // datagram rsockets are not offered
+  EXPECT_EQ(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), -1);
   EXPECT_EQ(errno, ENOTSUP);
 
   char b[8];
