@@ -26,7 +26,8 @@ inline constexpr int kMaxQpWr = 32768;
 inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                                             IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_PORT_ACTIVE_EVENT |
                                             IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
-                                            IBV_DEVICE_N_NOTIFY_CQ;  // no SRQ resize, as ConnectX
+                                            IBV_DEVICE_N_NOTIFY_CQ |  // no SRQ resize, as ConnectX
+                                            IBV_DEVICE_AUTO_PATH_MIG;  // emu/qp/path_migration.cpp
 inline constexpr int kMaxSge = 30;
 inline constexpr int kMaxSgeRd = 30;
 inline constexpr int kMaxCq = 16777216;
