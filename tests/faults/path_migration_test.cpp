@@ -38,6 +38,13 @@ class PathMigration : public PairTest {
     ibv_ack_async_event(&ev);
   }
 
+  static void expect_port_event(const Side& s, ibv_event_type type) {
+    ibv_async_event ev{};
+    ASSERT_TRUE(next_event(s.ctx, &ev)) << "no " << ibv_event_type_str(type) << " on " << s.device;
+    EXPECT_EQ(ev.event_type, type) << ibv_event_type_str(ev.event_type);
+    ibv_ack_async_event(&ev);
+  }
+
   // One SEND a -> b, completed on both sides.
   void send_ok(uint64_t wr_id) {
     ASSERT_EQ(post_recv(b_, 64, 100 + wr_id), 0);
@@ -78,6 +85,35 @@ TEST_F(PathMigration, LosingThePrimaryPathMigratesBothEnds) {
   }
   // The connection goes on, on the new path.
   ASSERT_NO_FATAL_FAILURE(send_ok(3));
+}
+
+TEST_F(PathMigration, APortDownLongerThanThePrimaryRetriesMigratesAndTheConnectionSurvives) {
+  // A single-port device's alternate path is on the same port: a port that
+  // goes down shows as the primary path's retries running out (1 ms each
+  // here); the QP migrates, and the alternate path's longer timeout (about
+  // 268 ms) outlasts the outage.
+  QpParams p;
+  p.retry_cnt = 2;
+  ASSERT_NO_FATAL_FAILURE(setup(p));
+  ASSERT_EQ(rearm(a_, 16), 0);
+  ASSERT_EQ(rearm(b_, 16), 0);
+  ASSERT_NO_FATAL_FAILURE(send_ok(1));
+  ASSERT_EQ(query(a_).path_mig_state, IBV_MIG_ARMED);
+
+  ASSERT_EQ(softverbs_port_set_state(a_.device.c_str(), 1, 0), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_port_event(a_, IBV_EVENT_PORT_ERR));
+  ASSERT_EQ(post_recv(b_, 64, 102), 0);
+  ASSERT_EQ(post(a_, b_, IBV_WR_SEND, 64, 2), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_event(a_, IBV_EVENT_PATH_MIG));
+  EXPECT_EQ(query(a_).qp_state, IBV_QPS_RTS);
+  ASSERT_EQ(softverbs_port_set_state(a_.device.c_str(), 1, 1), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_port_event(a_, IBV_EVENT_PORT_ACTIVE));
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_wc(a_.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  ASSERT_TRUE(wait_wc(b_.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  ASSERT_NO_FATAL_FAILURE(expect_event(b_, IBV_EVENT_PATH_MIG));
 }
 
 TEST_F(PathMigration, WithoutAnArmedAlternatePathTheFailureIsPathMigErr) {
