@@ -87,6 +87,27 @@ TEST_F(PathMigration, LosingThePrimaryPathMigratesBothEnds) {
   ASSERT_NO_FATAL_FAILURE(send_ok(3));
 }
 
+TEST_F(PathMigration, LosingTheAcknowledgementsMigratesThroughADuplicate) {
+  // B's side of the primary path fails: B executes A's SEND but its ACKs are
+  // lost, so A's retries run out and A migrates. Its resend is a duplicate
+  // for B, and still carries MigReq 1: B migrates on it and acknowledges on
+  // the alternate path.
+  QpParams p;
+  p.retry_cnt = 2;
+  ASSERT_NO_FATAL_FAILURE(setup(p));
+  ASSERT_EQ(rearm(a_, 9), 0);
+  ASSERT_EQ(rearm(b_, 9), 0);
+  ASSERT_NO_FATAL_FAILURE(send_ok(1));
+  ASSERT_EQ(load("[[rule]]\nname = \"acks\"\ndevice = \"" + b_.device +
+                 "\"\ndirection = \"tx\"\nmig_req = false\naction = \"drop\"\n"),
+            0);
+  ASSERT_NO_FATAL_FAILURE(send_ok(2));
+  EXPECT_GE(softverbs_fault_hits("acks"), p.retry_cnt + 1u);
+  ASSERT_NO_FATAL_FAILURE(expect_event(a_, IBV_EVENT_PATH_MIG));
+  ASSERT_NO_FATAL_FAILURE(expect_event(b_, IBV_EVENT_PATH_MIG));
+  EXPECT_EQ(query(b_).path_mig_state, IBV_MIG_MIGRATED);
+}
+
 TEST_F(PathMigration, APortDownLongerThanThePrimaryRetriesMigratesAndTheConnectionSurvives) {
   // A single-port device's alternate path is on the same port: a port that
   // goes down shows as the primary path's retries running out (1 ms each
