@@ -153,6 +153,28 @@ TEST_P(PathMigrationTest, RequestedMigrationRaisesPathMigAtBothEnds) {
   expect_no_async_event(0);
 }
 
+TEST_P(PathMigrationTest, UcQpsArmAndMigrateToo) {
+  // UC has no acknowledgements: each end arms on the other's SEND.
+  PairOptions o;
+  o.type = IBV_QPT_UC;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(o, &p));
+  ASSERT_EQ(rearm(p.a.qp.get()), 0);
+  ASSERT_EQ(rearm(p.b.qp.get()), 0);
+  ASSERT_NO_FATAL_FAILURE(send_ok(p.a, p.b, 1));
+  EXPECT_EQ(query(p.b.qp.get()).path_mig_state, IBV_MIG_ARMED);
+  EXPECT_EQ(query(p.a.qp.get()).path_mig_state, IBV_MIG_REARM) << "A has heard nothing from B yet";
+  ASSERT_NO_FATAL_FAILURE(send_ok(p.b, p.a, 2));
+  ASSERT_EQ(query(p.a.qp.get()).path_mig_state, IBV_MIG_ARMED);
+  ibv_qp_attr m{};
+  m.path_mig_state = IBV_MIG_MIGRATED;
+  ASSERT_EQ(ibv_modify_qp(p.a.qp.get(), &m, IBV_QP_PATH_MIG_STATE), 0);
+  ASSERT_NO_FATAL_FAILURE(expect_qp_async_event(p.a.qp.get(), {IBV_EVENT_PATH_MIG}));
+  ASSERT_NO_FATAL_FAILURE(send_ok(p.a, p.b, 3));
+  ASSERT_NO_FATAL_FAILURE(expect_qp_async_event(p.b.qp.get(), {IBV_EVENT_PATH_MIG}));
+  EXPECT_EQ(query(p.b.qp.get()).path_mig_state, IBV_MIG_MIGRATED);
+}
+
 TEST_P(PathMigrationTest, MigratingAnUnarmedQpIsEinval) {
   Pair p;
   ASSERT_NO_FATAL_FAILURE(make_pair({}, &p));
