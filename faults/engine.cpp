@@ -252,6 +252,7 @@ FaultDecision FaultEngine::decide(const PacketFacts& f) {
     if (!class_matches(r.packet_class, p)) continue;
     if (r.cm && wire::cm::cm_attribute(p) != r.cm) continue;
     if (r.psn_first && (psn_lt(p.bth.psn, *r.psn_first) || psn_gt(p.bth.psn, *r.psn_last))) continue;
+    if (r.mig_req && *r.mig_req != p.bth.migreq) continue;
     if (!fire_locked(s)) continue;
     if (log_) {
       char what[180];

@@ -3,7 +3,7 @@
 // or at a given time.
 //
 // A packet rule matches on the device, the direction, the BTH (destination QP,
-// opcode or opcode class, PSN range) and, for the GMPs on QP 1, the CM message
+// opcode or opcode class, PSN range, MigReq bit) and, for the GMPs on QP 1, the CM message
 // their MAD carries; a verb rule on the device, the QP, the work
 // request or completion opcode, the event type. Either fires on the nth match, on
 // every nth, or with a probability, at most `count` times. Each rule draws from
@@ -77,6 +77,7 @@ struct FaultRule {
   std::optional<wire::cm::Attr> cm;  // only GMPs to QP 1 carrying this CM message
   std::optional<uint32_t> psn_first;  // inclusive PSN range
   std::optional<uint32_t> psn_last;
+  std::optional<bool> mig_req;        // BTH MigReq bit
   // when
   uint64_t nth = 0;          // fire on the nth match only (1-based); 0: not used
   uint64_t every = 0;        // fire on every nth match; 0: not used

@@ -272,7 +272,8 @@ bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const
     if (!get_uint(t, "at_ms", &r->at_ms, 86400000, error, where)) return false;
     if (!forbid(
             t,
-            {"verb", "direction", "opcode", "class", "cm", "psn", "nth", "every", "probability", "count", "on_event"},
+            {"verb", "direction", "opcode", "class", "cm", "psn", "mig_req", "nth", "every", "probability", "count",
+             "on_event"},
             "a timed rule (at_ms)", error, where))
       return false;
   } else if (const toml::node* n = t.get("verb")) {
@@ -290,7 +291,8 @@ bool parse_trigger(const toml::table& t, FaultRule* r, std::string* error, const
       *error = where + ": verb must be post_send, post_recv, completion or async_event";
       return false;
     }
-    if (!forbid(t, {"direction", "class", "cm", "psn", "syndrome", "reason"}, "a verb rule", error, where)) return false;
+    if (!forbid(t, {"direction", "class", "cm", "psn", "mig_req", "syndrome", "reason"}, "a verb rule", error, where))
+      return false;
     if (r->verb != VerbPoint::async_event && !forbid(t, {"on_event"}, "this verb", error, where)) return false;
     if (r->verb == VerbPoint::post_send) {
       if (!get_named(t, "opcode", kWrOpcodes, &r->verb_opcode, error, where)) return false;
@@ -370,6 +372,16 @@ bool parse_match(const toml::table& t, FaultRule* r, std::string* error, const s
     }
     r->psn_first = static_cast<uint32_t>(*lo);
     r->psn_last = static_cast<uint32_t>(*hi);
+  }
+  if (const toml::node* n = t.get("mig_req")) {
+    // The BTH MigReq bit: 0 on the primary path of a connection with path
+    // migration armed, 1 once migrated (IBTA 17.2.8).
+    auto b = n->is_boolean() ? n->value<bool>() : std::nullopt;
+    if (!b) {
+      *error = where + ": mig_req must be true or false";
+      return false;
+    }
+    r->mig_req = *b;
   }
   if (!get_uint(t, "nth", &r->nth, UINT32_MAX, error, where)) return false;
   if (!get_uint(t, "every", &r->every, UINT32_MAX, error, where)) return false;
@@ -489,7 +501,8 @@ bool parse_rule(const toml::table& t, size_t index, FaultRule* r, std::string* e
   static const char* const known[] = {"name",     "direction", "device",   "qpn",         "opcode",      "class",
                                       "psn",      "nth",       "every",    "probability", "count",       "action",
                                       "delay_ms", "delay_us",  "syndrome", "verb",        "at_ms",       "on_event",
-                                      "errno",    "status",    "event",    "port",        "duration_ms", "cm", "reason"};
+                                      "errno",    "status",    "event",    "port",        "duration_ms", "cm", "reason",
+                                      "mig_req"};
   for (auto&& [k, v] : t) {
     bool ok = false;
     for (const char* name : known) ok |= k.str() == name;

@@ -82,6 +82,7 @@ std::string match_words(const faults::FaultRule& r) {
     if (r.cm) s += ", CM " + std::string(wire::cm::to_string(*r.cm)) + " MADs (UD SEND ONLY to QP 1, class 0x07)";
     if (r.qpn) s += ", destination QP " + hex(*r.qpn);
     if (r.psn_first) s += ", PSN " + std::to_string(*r.psn_first) + ".." + std::to_string(r.psn_last.value_or(*r.psn_first));
+    if (r.mig_req) s += *r.mig_req ? ", MigReq 1 (migrated)" : ", MigReq 0 (path migration armed)";
     return s;
   }
   s = std::string(verb_name(r.verb)) + " of " + device_words(r);

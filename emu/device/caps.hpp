@@ -27,6 +27,7 @@ inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVIC
                                             IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_PORT_ACTIVE_EVENT |
                                             IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
                                             IBV_DEVICE_N_NOTIFY_CQ |  // no SRQ resize, as ConnectX
+                                            IBV_DEVICE_AUTO_PATH_MIG |  // emu/qp/path_migration.cpp
                                             // Type 1 and type 2B memory windows, as mlx5 reports them.
                                             IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 inline constexpr int kMaxSge = 30;

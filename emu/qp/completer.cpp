@@ -296,11 +296,14 @@ CompStep Qp::comp_seq_nak_locked(CompContext& c) {
 
 CompStep Qp::comp_retry_locked(CompContext& c) {
   // Go back to the PSN the responder expects (IBTA 9.7.5.1.4), within retry_cnt.
-  if (comp_.retry_left == 0) {
+  // Exhausted, an armed QP migrates and retries on its alternate path
+  // (IBTA 17.2.8); otherwise the request fails.
+  if (comp_.retry_left > 0) {
+    --comp_.retry_left;
+  } else if (!migrate_on_path_failure_locked()) {
     c.status = IBV_WC_RETRY_EXC_ERR;
     return CompStep::error;
   }
-  --comp_.retry_left;
   retransmit_from_locked(c.pkt.bth.psn);
   return CompStep::update;
 }

@@ -101,6 +101,7 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   const ibv_qp_state next = t.next;
   if (!modify_qp_is_ok(type_, cur, next, mask)) return EINVAL;
   if (int err = validate_qp_attr_values(*attr, mask, limits_of(device()), attr_.port_num)) return err;
+  if (int err = check_path_migration_locked(*attr, mask, cur, next)) return err;
   if (mask & IBV_QP_AV) {
     // The destination must be reachable by an emulated port: an IPv4-mapped GID,
     // an emulated port's IB GID, or a LID.
@@ -132,13 +133,7 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   if (has(IBV_QP_RETRY_CNT)) attr_.retry_cnt = attr->retry_cnt;
   if (has(IBV_QP_RNR_RETRY)) attr_.rnr_retry = attr->rnr_retry;
   if (has(IBV_QP_MAX_QP_RD_ATOMIC)) attr_.max_rd_atomic = attr->max_rd_atomic;
-  if (has(IBV_QP_ALT_PATH)) {
-    attr_.alt_ah_attr = attr->alt_ah_attr;
-    attr_.alt_pkey_index = attr->alt_pkey_index;
-    attr_.alt_port_num = attr->alt_port_num;
-    attr_.alt_timeout = attr->alt_timeout;
-  }
-  if (has(IBV_QP_PATH_MIG_STATE)) attr_.path_mig_state = attr->path_mig_state;
+  apply_path_migration_locked(*attr, mask);
   if (has(IBV_QP_EN_SQD_ASYNC_NOTIFY)) attr_.en_sqd_async_notify = attr->en_sqd_async_notify;
 
   if (next != cur || has(IBV_QP_STATE)) enter_state_locked(cur, next);
@@ -164,7 +159,8 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
     deadline_ = {};
     ibv_qp_attr fresh{};
     fresh.cap = cap_;
-    attr_ = fresh;
+    attr_ = fresh;  // path_mig_state MIGRATED: no alternate path
+    alt_loaded_ = false;
   } else if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR) {
     error_pending_ = false;
     enter_error_locked();

@@ -133,6 +133,23 @@ class Qp {
   void retire_acked_locked();
   void check_drained_locked();
 
+  // ---- path migration (path_migration.cpp, IBTA 17.2.8) --------------------
+  // The live-state checks of IBV_QP_ALT_PATH / IBV_QP_PATH_MIG_STATE for a
+  // modify from cur to next: 0 or EINVAL.
+  int check_path_migration_locked(const ibv_qp_attr& attr, uint32_t mask, ibv_qp_state cur, ibv_qp_state next);
+  // Stores the alternate path and carries out the requested migration state.
+  void apply_path_migration_locked(const ibv_qp_attr& attr, uint32_t mask);
+  // Switches to the alternate path and raises IBV_EVENT_PATH_MIG.
+  void migrate_locked();
+  // Retries on the primary path are exhausted: true if the QP migrated (the
+  // caller retries on the new path); false if it must fail (after
+  // IBV_EVENT_PATH_MIG_ERR when an alternate path was loaded but not armed).
+  bool migrate_on_path_failure_locked();
+  // The MigReq bit of a packet from the peer: arms a rearmed QP, migrates an armed one.
+  void observe_migreq_locked(bool migreq);
+  // The MigReq bit this QP's packets carry: set once migrated (IBTA 9.2.3, 17.2.8).
+  bool migreq_locked() const { return attr_.path_mig_state == IBV_MIG_MIGRATED; }
+
   // ---- responder (responder.cpp) -------------------------------------------
   // Runs the steps of responder.hpp: one function per step, each returning the
   // next; the error steps go through kRespErrors to resp_error_locked.
@@ -182,8 +199,10 @@ class Qp {
   WorkQueue<SendWqe> sq_;
   WorkQueue<RecvWqe> rq_;
 
-  // Destination, resolved from the address vector at RTR.
+  // Destination, resolved from the address vector at RTR (and again on migration).
   in_addr dest_addr_{};
+  // An alternate path was loaded since the last migration (or reset).
+  bool alt_loaded_ = false;
   // A completion was forced to an error status (or lost to a CQ overrun): the QP
   // enters the error state from its timer, and until then its completions flush.
   bool error_pending_ = false;

@@ -470,16 +470,15 @@ int validate_qp_attr_values(const ibv_qp_attr& attr, std::uint32_t attr_mask,
     }
   }
 
-  // Alternate path. The emulated device has no automatic path migration, so
-  // it behaves as the kernel does for RoCE: core refuses IB_QP_ALT_PATH
-  // unless both the primary and the alternate port speak native IB
-  // ("APM only for IB", EINVAL). On an IB-link-layer configuration the
-  // attributes are checked like rxe does (which stores them but never
-  // migrates): alt_port_num valid and equal to alt_ah_attr.port_num (uverbs),
-  // alt_ah_attr checked as a primary AV (core), alt_timeout 5 bits (rxe), and
-  // alt_pkey_index inside the P_Key table like pkey_index.
+  // Alternate path (IBTA 17.2.8), checked like the primary path: the kernel
+  // runs the same address-vector checks for IB_QP_ALT_PATH as for IB_QP_AV
+  // (core), alt_port_num must be a valid port equal to alt_ah_attr.port_num
+  // (uverbs), alt_timeout is a 5-bit field (rxe) and alt_pkey_index must lie
+  // inside the P_Key table like pkey_index. The kernel refuses alternate
+  // paths on RoCE ports ("APM only for IB"); emulated devices migrate on
+  // either link layer, as ConnectX does on InfiniBand (docs/compatibility.md).
+  // Whether the destination is reachable is the QP's check (Qp::modify).
   if (attr_mask & IBV_QP_ALT_PATH) {
-    if (lim.link_layer != IBV_LINK_LAYER_INFINIBAND) return EINVAL;
     if (!port_is_valid(attr.alt_port_num, lim)) return EINVAL;
     if (attr.alt_ah_attr.port_num != attr.alt_port_num) return EINVAL;
     if (int err = validate_ah_attr(attr.alt_ah_attr, lim)) return err;

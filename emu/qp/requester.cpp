@@ -39,7 +39,11 @@ bool is_read_or_atomic(ibv_wr_opcode op) {
 }  // namespace
 
 void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
-  transmit_to_locked(dest_addr_, h, payload);
+  // Every packet of a connection says where the sender's path migration state
+  // machine is (IBTA 9.2.3 MigReq; path_migration.cpp).
+  PacketHeaders with_mig = h;
+  with_mig.bth.migreq = migreq_locked();
+  transmit_to_locked(dest_addr_, with_mig, payload);
 }
 
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
@@ -429,13 +433,16 @@ void Qp::on_timer() {
     arm_timer_locked();
     return;
   }
-  if (comp_.retry_left == 0) {
-    // Transport retries exhausted (IBTA 9.7.6.1.3): the oldest outstanding work
-    // request fails and the QP goes to the error state.
+  if (comp_.retry_left > 0) {
+    --comp_.retry_left;
+  } else if (!migrate_on_path_failure_locked()) {
+    // Transport retries exhausted (IBTA 9.7.6.1.3) with no armed alternate
+    // path to migrate to (IBTA 17.2.8): the oldest outstanding work request
+    // fails and the QP goes to the error state.
     fail_send_locked(nullptr, IBV_WC_RETRY_EXC_ERR);
     return;
   }
-  --comp_.retry_left;
+  // Else migrated: the resend below is the first try on the alternate path.
   retransmit_from_locked(comp_.unacked_psn);
   requester_locked();
   arm_timer_locked();

@@ -570,6 +570,7 @@ void Qp::receive(const PacketView& pkt, in_addr src, in_addr dst) {
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
   req_.heard_from_peer = true;
+  if (type_ != IBV_QPT_UD) observe_migreq_locked(pkt.bth.migreq);
   if (pkt.op->is_request) {
     responder_locked(pkt, src, dst);
   } else if (s != IBV_QPS_RTR) {

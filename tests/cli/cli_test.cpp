@@ -232,10 +232,15 @@ cm = "rep"
 direction = "tx"
 count = 1
 action = "drop"
+[[rule]]
+name = "primary-path"
+direction = "tx"
+mig_req = false
+action = "drop"
 )",
                                      0, &s, &error))
       << error;
-  ASSERT_EQ(s.rules.size(), 4u);
+  ASSERT_EQ(s.rules.size(), 5u);
   EXPECT_EQ(tools::describe_rule(s.rules[0]),
             "rule nak-3: on packets of device emu1, received (rx), class send, on match number 3: nak with syndrome 0x60");
   EXPECT_EQ(tools::describe_rule(s.rules[1]),
@@ -247,6 +252,8 @@ action = "drop"
   EXPECT_EQ(tools::describe_rule(s.rules[3]),
             "rule lose-rep: on packets of any device, sent (tx), CM REP MADs (UD SEND ONLY to QP 1, class 0x07), at "
             "most 1 times: drop");
+  EXPECT_EQ(tools::describe_rule(s.rules[4]),
+            "rule primary-path: on packets of any device, sent (tx), MigReq 0 (path migration armed), on every match: drop");
 }
 
 TEST(Cli, RocePortsFromProcNetUdp) {

@@ -68,6 +68,7 @@ struct Frame {
   std::optional<int> aeth_opcode;      // 0 ACK, 1 RNR NAK, 3 NAK
   std::optional<int> payload;          // data.len
   std::optional<uint64_t> dma_length;  // RETH
+  std::optional<int> migreq;           // BTH MigReq
 };
 
 // CRC-32 of IEEE 802.3 (reflected, polynomial 0x04c11db7), chained as zlib's crc32():
@@ -287,14 +288,16 @@ class Capture : public ::testing::Test {
                            "-e",
                            "data.len",
                            "-e",
-                           "infiniband.reth.dmalen"},
+                           "infiniband.reth.dmalen",
+                           "-e",
+                           "infiniband.bth.m"},
                           clean_env(), kTsharkLimit);
     ASSERT_TRUE(r.exited_with(0)) << r.command << "\n" << r.status() << "\n" << r.err;
     for (const std::string& line : lines_of(r.out)) {
       std::vector<std::string> f;
       std::istringstream in(line);
       for (std::string x; std::getline(in, x, '\t');) f.push_back(x);
-      while (f.size() < 14) f.push_back("");
+      while (f.size() < 15) f.push_back("");
       Frame fr;
       try {
         fr.number = std::stoi(f[0]);
@@ -311,6 +314,7 @@ class Capture : public ::testing::Test {
         if (!f[11].empty()) fr.aeth_opcode = std::stoi(f[11]);
         if (!f[12].empty()) fr.payload = std::stoi(f[12]);
         if (!f[13].empty()) fr.dma_length = std::stoull(f[13], nullptr, 0);
+        if (!f[14].empty()) fr.migreq = f[14] == "True" || f[14] == "1";
       } catch (const std::exception& e) {
         ADD_FAILURE() << file << ": cannot read tshark line '" << line << "': " << e.what();
         continue;
@@ -458,6 +462,9 @@ TEST_F(Capture, RcPingpongSendsAndAcknowledges) {
     }
     EXPECT_TRUE(last_acked) << what << ": the last PSN " << data.back().psn << " was never acknowledged";
   }
+  // No alternate path was loaded: both QPs are in the MIGRATED state, and every
+  // packet says so with MigReq set (IBTA 17.2.8).
+  for (const Frame& f : frames) EXPECT_EQ(f.migreq, std::optional<int>(1)) << "frame " << f.number;
   // Plausible totals: 2 * 25 data packets plus at least one acknowledgement each way,
   // at most one per data packet, in each file.
   EXPECT_GE(frames.size(), 2u * kIters * 5 + 2);
