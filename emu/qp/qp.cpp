@@ -247,56 +247,69 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // that is not) and go to work like any others.
   int rc = 0;
   for (; wr; wr = wr->next) {
-    if (wr == fail_at) {
+    SendCheck c;
+    rc = wr == fail_at ? fail_errno : check_send_locked(state, *wr, 0, &c);
+    if (rc) {
       *bad_wr = wr;
-      rc = fail_errno;
       break;
     }
-    if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    if (!opcode_valid_for(type_, wr->opcode)) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > sq_.max_sge()) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
-    if (is_inline && total > sq_.max_inline()) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    // A datagram needs an address handle of this QP's PD, and one emulated devices
-    // can reach.
-    in_addr ud_dest{};
-    if (type_ == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->pd != pd_.ibv() ||
-                                !resolve_av(device(), Ah::from(wr->wr.ud.ah)->attr(), &ud_dest))) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    if (sq_.full()) {
-      *bad_wr = wr;
-      rc = ENOMEM;
-      break;
-    }
-    enqueue_send_locked(*wr, total, is_inline, ud_dest);
+    enqueue_send_locked(*wr, c.total, c.is_inline, c.ud_dest);
   }
+  after_post_send_locked(state);
+  return rc;
+}
+
+int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
+  // The fault layer's post_send rules decide per work request, as for
+  // ibv_post_send; the first that fails the post fails the whole batch.
+  if (device().verb_filter().verbs_active()) {
+    for (const ibv_send_wr& w : wrs)
+      if (int err = post_fault(*this, faults::VerbPoint::post_send, static_cast<int>(w.opcode))) return err;
+  }
+  std::lock_guard lock(mu_);
+  const ibv_qp_state state = attr_.qp_state;
+  // Every work request is checked before any is queued: all or nothing.
+  SendCheck c;
+  for (size_t i = 0; i < wrs.size(); ++i)
+    if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &c)) return err;
+  for (const ibv_send_wr& w : wrs) {
+    check_send_locked(state, w, 0, &c);
+    enqueue_send_locked(w, c.total, c.is_inline, c.ud_dest);
+  }
+  after_post_send_locked(state);
+  return 0;
+}
+
+int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t queued, SendCheck* out) {
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  if (!opcode_valid_for(type_, wr.opcode)) return EINVAL;
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > sq_.max_sge()) return EINVAL;
+  uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  const bool is_inline = (wr.send_flags & IBV_SEND_INLINE) != 0;
+  if (is_inline && total > sq_.max_inline()) return EINVAL;
+  // A datagram needs an address handle of this QP's PD, and one emulated devices
+  // can reach.
+  in_addr ud_dest{};
+  if (type_ == IBV_QPT_UD && (!wr.wr.ud.ah || wr.wr.ud.ah->pd != pd_.ibv() ||
+                              !resolve_av(device(), Ah::from(wr.wr.ud.ah)->attr(), &ud_dest)))
+    return EINVAL;
+  if (sq_.size() + static_cast<uint64_t>(queued) >= sq_.capacity()) return ENOMEM;
+  *out = SendCheck{total, is_inline, ud_dest};
+  return 0;
+}
+
+void Qp::after_post_send_locked(ibv_qp_state state) {
   if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
     flush_locked();
   } else {
     requester_locked();
   }
-  return rc;
+}
+
+void Qp::make_extended() {
+  batch_ = std::make_unique<WrBatch>(cap_.max_send_wr, sq_.max_sge(), cap_.max_inline_data, type_ == IBV_QPT_UD);
+  install_wr_ops(&handle_.pub);
 }
 
 void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest) {
