@@ -268,6 +268,8 @@ int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
   }
   std::lock_guard lock(mu_);
   const ibv_qp_state state = attr_.qp_state;
+  // Before RTS even an empty batch fails, as mlx5's wr_complete does there.
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
   // Every work request is checked before any is queued: all or nothing.
   SendCheck c;
   for (size_t i = 0; i < wrs.size(); ++i)

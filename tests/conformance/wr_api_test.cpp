@@ -537,6 +537,8 @@ TEST_P(WrApiTest, BatchBeforeRtsFailsWithEinval) {
     ibv_wr_send(qpx);
     ibv_wr_set_sge(qpx, src_.lkey(), src_.addr(), 8);
     EXPECT_EQ(ibv_wr_complete(qpx), EINVAL);
+    ibv_wr_start(qpx);
+    EXPECT_EQ(ibv_wr_complete(qpx), EINVAL) << "an empty batch";
   }
   expect_no_wc(cq.get());
 }
