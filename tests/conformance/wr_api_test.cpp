@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "datapath.hpp"
@@ -425,6 +426,48 @@ TEST_P(WrApiTest, ManyWorkRequestsInOneBatchRc) {
   for (int k = 0; k < kCount / 4; ++k) check_wc(wc[k], WcExpect(1000 + 4 * k + 3, IBV_WC_RDMA_WRITE, p_.a.qpn()));
   EXPECT_EQ(first_pattern_mismatch(dst_.data(), kCount * 256, 12), -1);
   expect_no_wc(p_.a.scq.get());
+}
+
+// Two threads post to one QP at once, one in ibv_wr_* batches, the other with
+// ibv_post_send: every work request runs exactly once (the batch is posted under
+// the lock ibv_post_send takes).
+TEST_P(WrApiTest, BatchesAndPostSendFromTwoThreadsRc) {
+  constexpr int kEach = 100;
+  PairOptions o;
+  o.max_send_wr = 2 * kEach + 8;  // room for everything: no thread waits for completions
+  o.cqe = 4 * kEach;
+  ASSERT_NO_FATAL_FAILURE(make(IBV_QPT_RC, kRcOps, o));
+  fill_pattern(src_.data(), 2 * kEach * 64, 15);
+  int batch_errors = 0, post_errors = 0;
+  std::thread batches([&] {
+    for (int i = 0; i < kEach; ++i) {
+      ibv_wr_start(a());
+      a()->wr_id = 2000 + i;
+      a()->wr_flags = IBV_SEND_SIGNALED;
+      ibv_wr_rdma_write(a(), dst_.rkey(), dst_.addr(i * 64));
+      ibv_wr_set_sge(a(), src_.lkey(), src_.addr(i * 64), 64);
+      if (ibv_wr_complete(a())) ++batch_errors;
+    }
+  });
+  for (int i = kEach; i < 2 * kEach; ++i) {
+    ibv_sge sge = src_.sge(i * 64, 64);
+    ibv_send_wr w = send_wr(2000 + i, IBV_WR_RDMA_WRITE, &sge, 1);
+    w.wr.rdma.remote_addr = dst_.addr(i * 64);
+    w.wr.rdma.rkey = dst_.rkey();
+    ibv_send_wr* bad = nullptr;
+    if (ibv_post_send(p_.a.qp.get(), &w, &bad)) ++post_errors;
+  }
+  batches.join();
+  EXPECT_EQ(batch_errors, 0);
+  EXPECT_EQ(post_errors, 0);
+  std::vector<ibv_wc> wc = expect_wcs(p_.a.scq.get(), 2 * kEach);
+  std::vector<int> seen(2 * kEach, 0);
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS) << describe(w);
+    if (w.wr_id >= 2000 && w.wr_id < 2000u + 2 * kEach) ++seen[w.wr_id - 2000];
+  }
+  for (int i = 0; i < 2 * kEach; ++i) EXPECT_EQ(seen[i], 1) << "wr_id " << 2000 + i;
+  EXPECT_EQ(first_pattern_mismatch(dst_.data(), 2 * kEach * 64, 15), -1);
 }
 
 // ---- errors of a batch --------------------------------------------------------
