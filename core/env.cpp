@@ -49,6 +49,9 @@ constexpr std::array kTable = {
              false},
     Variable{Var::kCmMaxRetries, "SOFTVERBS_CM_MAX_RETRIES", "how often the emulated CM resends an unanswered MAD",
              "15", kLibrary, false},
+    Variable{Var::kVendorPartId, "SOFTVERBS_VENDOR_PART_ID",
+             "vendor_part_id every emulated device reports (tools such as perftest choose their post API by it)",
+             "21334 (0x5356, no adapter's id)", kLibrary, false},
 };
 
 // kTable is indexed by Var.

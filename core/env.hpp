@@ -33,6 +33,7 @@ enum class Var {
   kSysfsPath,
   kCmResponseTimeout,
   kCmMaxRetries,
+  kVendorPartId,
 };
 
 struct Variable {
@@ -68,5 +69,6 @@ inline const char* fault_log() noexcept { return raw(Var::kFaultLog); }
 inline const char* sysfs_path() noexcept { return raw(Var::kSysfsPath); }
 inline const char* cm_response_timeout() noexcept { return raw(Var::kCmResponseTimeout); }
 inline const char* cm_max_retries() noexcept { return raw(Var::kCmMaxRetries); }
+inline const char* vendor_part_id() noexcept { return raw(Var::kVendorPartId); }
 
 }  // namespace softverbs::env

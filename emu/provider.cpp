@@ -406,7 +406,27 @@ int EmuProvider::destroy_srq(ibv_srq* srq) {
 
 // ---- queue pairs ---------------------------------------------------------
 
-ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) { return create_qp_common(pd, attr, false); }
+
+// ibv_create_qp_ex beyond the PD-only form (which rdma-core's inline verb sends to
+// ibv_create_qp): only IBV_QP_INIT_ATTR_SEND_OPS_FLAGS is offered. The send ops
+// are checked as mlx5 checks them (mlx5_qp_fill_wr_pfns): a bit its QP type does
+// not take, TSO and atomic write included, gives EOPNOTSUPP.
+ibv_qp* EmuProvider::create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kOffered = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kOffered) return fail<ibv_qp>(EOPNOTSUPP);  // XRC, create flags, RSS, TSO header
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
+    return fail<ibv_qp>(EINVAL);
+  const bool extended = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const uint64_t supported = supported_send_ops(attr->qp_type);
+  if (extended && supported && (attr->send_ops_flags & ~supported)) return fail<ibv_qp>(EOPNOTSUPP);
+  // ibv_qp_init_attr_ex starts with the fields of ibv_qp_init_attr, as
+  // rdma-core's own cast in ibv_create_qp_ex relies on.
+  auto* base = reinterpret_cast<ibv_qp_init_attr*>(attr);
+  return create_qp_common(attr->pd, base, extended);
+}
+
+ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool extended) {
   if (failed(pd->context)) return fail<ibv_qp>(EIO);
   Pd* p = Pd::from(pd);
   Context& ctx = p->context();
@@ -430,6 +450,7 @@ ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     return fail<ibv_qp>(EINVAL);
 
   auto qp = std::make_unique<Qp>(*p, *attr);
+  if (extended) qp->make_extended();
   qp->set_qpn(ctx.device().register_qp(qp.get()));
   cap = qp->cap();  // the actual capabilities
   p->users.get();
@@ -437,6 +458,11 @@ ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   Cq::from(attr->recv_cq)->users.get();
   if (attr->srq) Srq::from(attr->srq)->users.get();
   return qp.release()->ibv();
+}
+
+ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp* qp) {
+  Qp* q = Qp::from(qp);
+  return q->batch() ? q->ibv_ex() : nullptr;
 }
 
 int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {

@@ -4,9 +4,7 @@
 // keep the interface's defaults (EOPNOTSUPP in the verb's convention, as rdma-core
 // answers for a provider without the op): importing objects from another
 // process's context (import_device/pd/mr/dm and their unimports), dma-buf memory
-// regions, the extended QP (qp_to_qp_ex answers NULL: no QP is created with
-// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) and the in-order placement query (0, "not
-// guaranteed"). ibv_query_gid_type is derived from query_gid_ex by the
+// regions and the in-order placement query (0, "not guaranteed"). ibv_query_gid_type is derived from query_gid_ex by the
 // interface, ibv_get_pkey_index from query_pkey by the ABI layer.
 #pragma once
 
@@ -53,6 +51,12 @@ class EmuProvider final : public Provider {
   int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) override;
   int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) override;
   int destroy_qp(ibv_qp* qp) override;
+  // The QP's ibv_qp_ex if it was created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+  // else NULL (errno untouched), as rdma-core answers.
+  ibv_qp_ex* qp_to_qp_ex(ibv_qp* qp) override;
+  // The verbs_context create_qp_ex slot (emu/objects/ops.cpp): ibv_create_qp_ex
+  // with send ops flags (the ibv_wr_* API, emu/qp/wr_batch.hpp). NULL and errno.
+  ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
   // Not offered, but errno is set as well as EOPNOTSUPP returned (the default
   // leaves errno alone), as mlx5's set_ece does for a device without ECE: the
   // ABI layer does not repeat rdma-core's own zero-vendor check in ibv_set_ece,
@@ -76,6 +80,11 @@ class EmuProvider final : public Provider {
   int qp_force_error(ibv_qp* qp) override;
   int raise_async_event(ibv_context* context, const ibv_async_event& event) override;
   int read_sysfs_attr(const char* dir, const char* file, std::string* value) override;
+
+ private:
+  // ibv_create_qp, and (extended) a QP with the ibv_wr_* API, whose send ops
+  // flags the caller has checked.
+  ibv_qp* create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool extended);
 };
 
 }  // namespace softverbs::emu

@@ -13,7 +13,9 @@ namespace softverbs::emu::caps {
 // Identity. The vendor ids are deliberately not Mellanox/NVIDIA ones: tools such as
 // perftest switch to vendor-specific paths (mlx5dv) when they see those.
 inline constexpr uint32_t kVendorId = 0x0053f5;  // not an assigned IEEE OUI of any NIC vendor
-inline constexpr uint32_t kVendorPartId = 0x5356;  // "SV"
+// "SV". The default only: SOFTVERBS_VENDOR_PART_ID (emu/device/config.cpp) sets
+// the part id a device reports, for tools that choose a path by it.
+inline constexpr uint32_t kVendorPartId = 0x5356;
 inline constexpr uint32_t kHwVer = 1;
 inline constexpr const char* kFwVer = "1.0.0";
 inline constexpr const char* kBoardId = "SOFTVERBS_EMU";

@@ -135,8 +135,31 @@ std::optional<Config> parse_config(const char* devices, const char* link_layer, 
   return config;
 }
 
+std::optional<uint32_t> parse_vendor_part_id(std::string_view text) {
+  text = trim(text);
+  int base = 10;
+  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+    text.remove_prefix(2);
+    base = 16;
+  }
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 std::optional<Config> config_from_env(std::string* error) {
-  return parse_config(env::devices(), env::link_layer(), env::mtu(), error);
+  std::optional<Config> config = parse_config(env::devices(), env::link_layer(), env::mtu(), error);
+  const char* part = env::vendor_part_id();
+  if (!config || !part || !*part) return config;
+  std::optional<uint32_t> id = parse_vendor_part_id(part);
+  if (!id) {
+    *error = std::string("SOFTVERBS_VENDOR_PART_ID: expected a number 0..4294967295 (decimal or 0x...), got '") +
+             part + "'";
+    return std::nullopt;
+  }
+  for (DeviceConfig& d : config->devices) d.vendor_part_id = *id;
+  return config;
 }
 
 }  // namespace softverbs::emu

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "emu/device/caps.hpp"
+
 namespace softverbs::emu {
 
 enum class LinkLayer { kEthernet, kInfiniBand };
@@ -19,6 +21,7 @@ struct DeviceConfig {
   std::optional<in_addr> addr;  // empty: claim a free loopback address
   LinkLayer link_layer = LinkLayer::kEthernet;
   ibv_mtu active_mtu = IBV_MTU_4096;
+  uint32_t vendor_part_id = caps::kVendorPartId;  // SOFTVERBS_VENDOR_PART_ID
 };
 
 struct Config {
@@ -33,7 +36,11 @@ struct Config {
 std::optional<Config> parse_config(const char* devices, const char* link_layer, const char* mtu,
                                    std::string* error);
 
-// parse_config() applied to the process environment.
+// SOFTVERBS_VENDOR_PART_ID: a decimal or 0x-prefixed hexadecimal 32-bit number.
+std::optional<uint32_t> parse_vendor_part_id(std::string_view text);
+
+// parse_config() applied to the process environment, with SOFTVERBS_VENDOR_PART_ID
+// given to every device.
 std::optional<Config> config_from_env(std::string* error);
 
 std::optional<ibv_mtu> parse_mtu(std::string_view text);

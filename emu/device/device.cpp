@@ -76,7 +76,7 @@ void Device::fill_device_attr(ibv_device_attr* attr) const {
   attr->max_mr_size = caps::kMaxMrSize;
   attr->page_size_cap = caps::kPageSizeCap;
   attr->vendor_id = caps::kVendorId;
-  attr->vendor_part_id = caps::kVendorPartId;
+  attr->vendor_part_id = config_.vendor_part_id;
   attr->hw_ver = caps::kHwVer;
   attr->max_qp = caps::kMaxQp;
   attr->max_qp_wr = caps::kMaxQpWr;

@@ -8,6 +8,7 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/provider.hpp"
 #include "emu/qp/qp.hpp"
 
 namespace softverbs::emu {
@@ -72,6 +73,19 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
 ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   try {
     return op_create_cq_ex_unguarded(context, attr);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (...) {
+    errno = EIO;
+  }
+  return nullptr;
+}
+
+// Reached from the application's inline ibv_create_qp_ex for any comp_mask but
+// the PD-only one: no exception may leave it.
+ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  try {
+    return EmuProvider::instance().create_qp_ex(context, attr);
   } catch (const std::bad_alloc&) {
     errno = ENOMEM;
   } catch (...) {
@@ -164,6 +178,7 @@ void install_context_ops(verbs_context* vctx) {
   vctx->query_port = op_query_port;
   vctx->query_device_ex = query_device_ex;
   vctx->create_cq_ex = op_create_cq_ex;
+  vctx->create_qp_ex = op_create_qp_ex;
   // Binaries built against libibverbs 1.1.x reach these compatibility slots.
   vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
       dlsym(RTLD_DEFAULT, "ibv_query_port"));

@@ -256,65 +256,78 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb) {
   // that is not) and go to work like any others.
   int rc = 0;
   for (; wr; wr = wr->next) {
-    if (wr == fail_at) {
+    SendCheck c;
+    rc = wr == fail_at ? fail_errno : check_send_locked(state, *wr, 0, &c, bind_verb);
+    if (rc) {
       *bad_wr = wr;
-      rc = fail_errno;
       break;
     }
-    if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    if (!opcode_valid_for(type_, wr->opcode)) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    // A bind or local invalidation carries no data: its SGE list is ignored.
-    const int num_sge = is_local_op(wr->opcode) ? 0 : wr->num_sge;
-    if (num_sge < 0 || static_cast<uint32_t>(num_sge) > sq_.max_sge()) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    if (wr->opcode == IBV_WR_BIND_MW || bind_verb) {
-      rc = wr->opcode == IBV_WR_BIND_MW ? check_bind_wr(*wr, context().ibv(), bind_verb) : EINVAL;
-      if (rc) {
-        *bad_wr = wr;
-        break;
-      }
-    }
-    uint64_t total = 0;
-    for (int i = 0; i < num_sge; ++i) total += wr->sg_list[i].length;
-    const bool is_inline = !is_local_op(wr->opcode) && (wr->send_flags & IBV_SEND_INLINE) != 0;
-    if (is_inline && total > sq_.max_inline()) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    // A datagram needs an address handle of this QP's PD, and one emulated devices
-    // can reach.
-    in_addr ud_dest{};
-    if (type_ == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->pd != pd_.ibv() ||
-                                !resolve_av(device(), Ah::from(wr->wr.ud.ah)->attr(), &ud_dest))) {
-      *bad_wr = wr;
-      rc = EINVAL;
-      break;
-    }
-    if (sq_.full()) {
-      *bad_wr = wr;
-      rc = ENOMEM;
-      break;
-    }
-    enqueue_send_locked(*wr, total, is_inline, ud_dest);
+    enqueue_send_locked(*wr, c.total, c.is_inline, c.ud_dest);
   }
+  after_post_send_locked(state);
+  return rc;
+}
+
+int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
+  // The fault layer's post_send rules decide per work request, as for
+  // ibv_post_send; the first that fails the post fails the whole batch.
+  if (device().verb_filter().verbs_active()) {
+    for (const ibv_send_wr& w : wrs)
+      if (int err = post_fault(*this, faults::VerbPoint::post_send, static_cast<int>(w.opcode))) return err;
+  }
+  std::lock_guard lock(mu_);
+  const ibv_qp_state state = attr_.qp_state;
+  // Before RTS even an empty batch fails, as mlx5's wr_complete does there.
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  // Every work request is checked before any is queued: all or nothing.
+  SendCheck c;
+  for (size_t i = 0; i < wrs.size(); ++i)
+    if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &c)) return err;
+  for (const ibv_send_wr& w : wrs) {
+    check_send_locked(state, w, 0, &c);
+    enqueue_send_locked(w, c.total, c.is_inline, c.ud_dest);
+  }
+  after_post_send_locked(state);
+  return 0;
+}
+
+int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t queued, SendCheck* out,
+                          bool bind_verb) {
+  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
+  if (!opcode_valid_for(type_, wr.opcode)) return EINVAL;
+  // A bind or local invalidation carries no data: its SGE list is ignored.
+  const int num_sge = is_local_op(wr.opcode) ? 0 : wr.num_sge;
+  if (num_sge < 0 || static_cast<uint32_t>(num_sge) > sq_.max_sge()) return EINVAL;
+  if (wr.opcode == IBV_WR_BIND_MW || bind_verb) {
+    if (wr.opcode != IBV_WR_BIND_MW) return EINVAL;
+    if (int rc = check_bind_wr(wr, context().ibv(), bind_verb)) return rc;
+  }
+  uint64_t total = 0;
+  for (int i = 0; i < num_sge; ++i) total += wr.sg_list[i].length;
+  const bool is_inline = !is_local_op(wr.opcode) && (wr.send_flags & IBV_SEND_INLINE) != 0;
+  if (is_inline && total > sq_.max_inline()) return EINVAL;
+  // A datagram needs an address handle of this QP's PD, and one emulated devices
+  // can reach.
+  in_addr ud_dest{};
+  if (type_ == IBV_QPT_UD && (!wr.wr.ud.ah || wr.wr.ud.ah->pd != pd_.ibv() ||
+                              !resolve_av(device(), Ah::from(wr.wr.ud.ah)->attr(), &ud_dest)))
+    return EINVAL;
+  if (sq_.size() + static_cast<uint64_t>(queued) >= sq_.capacity()) return ENOMEM;
+  *out = SendCheck{total, is_inline, ud_dest};
+  return 0;
+}
+
+void Qp::after_post_send_locked(ibv_qp_state state) {
   if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
     flush_locked();
   } else {
     requester_locked();
   }
-  return rc;
+}
+
+void Qp::make_extended() {
+  batch_ = std::make_unique<WrBatch>(cap_.max_send_wr, sq_.max_sge(), cap_.max_inline_data, type_ == IBV_QPT_UD);
+  install_wr_ops(&handle_.pub);
 }
 
 void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest) {

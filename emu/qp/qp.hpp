@@ -22,6 +22,7 @@
 #include "emu/qp/requester.hpp"
 #include "emu/qp/responder.hpp"
 #include "emu/qp/wq.hpp"
+#include "emu/qp/wr_batch.hpp"
 #include "wire/packet.hpp"
 
 namespace softverbs::emu {
@@ -49,6 +50,18 @@ class Qp {
   // posts (emu/objects/mw.cpp); applications cannot post one themselves.
   int post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb = false);
 
+  // ---- the extended post API (qp_ex.cpp, wr_batch.hpp) ----------------------
+  // Makes this QP one created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: a batch
+  // area as deep as the send queue and the ibv_wr_* pointers. May throw
+  // std::bad_alloc (nothing is changed then).
+  void make_extended();
+  // The batch area; null for a QP without send ops flags (ibv_qp_to_qp_ex: NULL).
+  WrBatch* batch() { return batch_.get(); }
+  // Posts a batch built between ibv_wr_start and ibv_wr_complete through the
+  // checks of post_send: 0 with every work request queued, or the errno of the
+  // first that fails with none queued (mlx5 rolls the whole batch back).
+  int post_batch(std::span<const ibv_send_wr> wrs);
+
   // The capabilities the QP was created with, as reported back to the caller.
   const ibv_qp_cap& cap() const { return cap_; }
   Cq* send_cq() { return send_cq_; }
@@ -74,8 +87,21 @@ class Qp {
  private:
   // Moves the QP to `next` and does what the transition does to the roles (modify).
   void enter_state_locked(ibv_qp_state cur, ibv_qp_state next);
+  // What post_send's checks learn about one send work request.
+  struct SendCheck {
+    uint64_t total = 0;
+    bool is_inline = false;
+    in_addr ud_dest{};
+  };
+  // post_send's checks of one work request against the QP in `state`: 0, or the
+  // errno the post fails with (EINVAL; ENOMEM for a full queue, counting
+  // `queued` more entries than the queue holds now).
+  int check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t queued, SendCheck* out,
+                        bool bind_verb = false);
   // A validated send work request into the send queue (post_send).
   void enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest);
+  // After a post: flushes what was queued in the error states, or starts it.
+  void after_post_send_locked(ibv_qp_state state);
 
   // ---- shared by the roles -------------------------------------------------
   void flush_locked();
@@ -198,6 +224,7 @@ class Qp {
   std::mutex mu_;
   WorkQueue<SendWqe> sq_;
   WorkQueue<RecvWqe> rq_;
+  std::unique_ptr<WrBatch> batch_;  // extended QPs only
 
   // Destination, resolved from the address vector at RTR (and again on migration).
   in_addr dest_addr_{};

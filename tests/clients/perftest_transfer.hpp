@@ -48,6 +48,11 @@ struct PerftestCase {
   std::string connection = "RC";
   std::string title;  // a word of the test's title line, e.g. "CMP_AND_SWAP"; empty: not checked
   size_t qps = 1;     // -q: one address line per QP on each side
+  // SOFTVERBS_VENDOR_PART_ID for both sides; empty: the default id.
+  std::string vendor_part_id;
+  // What perftest reports as "ibv_wr* API": it uses ibv_wr_start/ibv_wr_complete
+  // (ON) only for the part ids of ConnectX-4 and later, BlueField and EFA.
+  std::string wr_api() const { return vendor_part_id.empty() ? "OFF" : "ON"; }
 
   bool latency() const { return program.ends_with("_lat"); }
   // The servers that take part in the measurement print the same table; the others
@@ -157,6 +162,7 @@ inline std::vector<std::string> perftest_argv(const PerftestCase& c, uint16_t po
 inline Env perftest_env(const PerftestCase& c) {
   Env e = client_env().set("SOFTVERBS_LOG", "info");
   if (c.link == Link::ib) e.set("SOFTVERBS_LINK_LAYER", "ib");
+  if (!c.vendor_part_id.empty()) e.set("SOFTVERBS_VENDOR_PART_ID", c.vendor_part_id);
   return e;
 }
 
@@ -208,6 +214,7 @@ inline void run_and_check(const PerftestCase& c) {
     EXPECT_EQ(o->header["Connection type"], c.connection) << side << "\n" << all;
     EXPECT_EQ(o->header["Link type"], c.link == Link::ib ? "IB" : "Ethernet") << side << "\n" << all;
     EXPECT_EQ(o->header["Device"], "emu0") << side << "\n" << all;
+    EXPECT_EQ(o->header["ibv_wr* API"], c.wr_api()) << side << ": the post API perftest chose\n" << all;
     if (c.link == Link::roce) {
       EXPECT_EQ(o->header["GID index"], "1") << side << "\n" << all;
     }
@@ -264,8 +271,16 @@ class PerftestTransfer : public ::testing::TestWithParam<PerftestCase> {
 inline PerftestCase make_case(std::string name, std::string program, std::vector<std::string> args, Link link,
                               std::vector<uint64_t> sizes, uint64_t iters, std::string connection = "RC",
                               std::string title = "") {
-  return {std::move(name), std::move(program),    std::move(args), link, std::move(sizes),
-          iters,           std::move(connection), std::move(title)};
+  PerftestCase c;
+  c.name = std::move(name);
+  c.program = std::move(program);
+  c.args = std::move(args);
+  c.link = link;
+  c.sizes = std::move(sizes);
+  c.iters = iters;
+  c.connection = std::move(connection);
+  c.title = std::move(title);
+  return c;
 }
 
 }  // namespace softverbs::test

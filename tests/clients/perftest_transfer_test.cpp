@@ -70,6 +70,23 @@ std::vector<PerftestCase> cases() {
   v.push_back(make_case("Ud_ib_send_lat", "ib_send_lat", with(rc_base, {"-c", "UD", "-s", "2048", "-n", "500"}),
                         Link::roce, {2048}, 500, "UD"));
 
+  // The ibv_wr_* post API (ibv_create_qp_ex with send ops flags, ibv_wr_start ..
+  // ibv_wr_complete): perftest takes it for a ConnectX-6 part id, with the
+  // ConnectX inline defaults in its latency tests.
+  auto wr_api = [&](PerftestCase c) {
+    c.vendor_part_id = "4123";
+    v.push_back(std::move(c));
+  };
+  for (const Default& d : defaults) {
+    if (std::string(d.program) == "ib_read_lat" || std::string(d.program) == "ib_atomic_lat") continue;
+    wr_api(make_case(std::string("WrApi_") + d.program, d.program, with(rc_base, {"-n", "500"}), Link::roce, {d.size},
+                     500));
+  }
+  wr_api(make_case("WrApiUc_ib_write_bw", "ib_write_bw", with(rc_base, {"-c", "UC", "-n", "500"}), Link::roce, {65536},
+                   500, "UC"));
+  wr_api(make_case("WrApiUd_ib_send_bw", "ib_send_bw", with(rc_base, {"-c", "UD", "-s", "2048", "-n", "500"}),
+                   Link::roce, {2048}, 500, "UD"));
+
   // RC over the InfiniBand link layer: LID addressing, no -x.
   for (const Default& d : defaults)
     v.push_back(

@@ -151,10 +151,26 @@ void DataPathTest::make_endpoint(const PairOptions& o, Endpoint* out) {
   const softverbs::testkit::QpShape shape{o.type,         o.max_send_wr,     o.max_recv_wr, o.max_send_sge,
                                           o.max_recv_sge, o.max_inline_data, o.sq_sig_all};
   ibv_qp_init_attr init = softverbs::testkit::qp_init_attr(shape, out->scq.get(), out->rcq.get());
-  ibv_qp* qp = ibv_create_qp(pd_, &init);
-  ASSERT_NE(qp, nullptr) << "ibv_create_qp(" << qp_type_name(o.type) << "): " << std::strerror(errno);
+  ibv_qp* qp = nullptr;
+  if (o.extended) {
+    ibv_qp_init_attr_ex ex{};
+    std::memcpy(&ex, &init, sizeof init);  // ibv_qp_init_attr_ex starts with ibv_qp_init_attr's fields
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ex.pd = pd_;
+    ex.send_ops_flags = o.send_ops_flags;
+    qp = ibv_create_qp_ex(ctx_, &ex);
+    ASSERT_NE(qp, nullptr) << "ibv_create_qp_ex(" << qp_type_name(o.type) << "): " << std::strerror(errno);
+    init.cap = ex.cap;
+  } else {
+    qp = ibv_create_qp(pd_, &init);
+    ASSERT_NE(qp, nullptr) << "ibv_create_qp(" << qp_type_name(o.type) << "): " << std::strerror(errno);
+  }
   out->qp.reset(qp);
   out->cap = init.cap;
+  if (o.extended) {
+    out->qpx = ibv_qp_to_qp_ex(qp);
+    ASSERT_NE(out->qpx, nullptr);
+  }
   ASSERT_GE(out->cap.max_send_wr, o.max_send_wr);
   ASSERT_GE(out->cap.max_recv_wr, o.max_recv_wr);
   ASSERT_GE(out->cap.max_send_sge, o.max_send_sge);

@@ -75,6 +75,7 @@ struct Endpoint {
   Cq rcq;
   Qp qp;
   ibv_qp_cap cap{};  // what the QP actually got
+  ibv_qp_ex* qpx = nullptr;  // PairOptions::extended: ibv_qp_to_qp_ex(qp)
 
   uint32_t qpn() const { return qp->qp_num; }
   // Destroys the QP before its CQs.
@@ -107,6 +108,10 @@ struct PairOptions {
   uint32_t psn_b = 0x20000;
   // Completion channel for B's receive CQ (and A's, for symmetry), if any.
   ibv_comp_channel* channel = nullptr;
+  // Create the QPs with ibv_create_qp_ex and these IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+  // (the ibv_wr_* API).
+  bool extended = false;
+  uint64_t send_ops_flags = 0;
 };
 
 struct Pair {

@@ -27,6 +27,8 @@ struct QpParams {
   int cq_depth = 64;
   bool with_srq = false;
   uint32_t psn = 0;  // first PSN, both directions
+  // Create the QPs with ibv_create_qp_ex and these send ops flags (the ibv_wr_* API).
+  uint64_t send_ops_flags = 0;
 };
 
 struct Side {
@@ -100,7 +102,16 @@ class PairTest : public ::testing::Test {
         ASSERT_NE(s.srq, nullptr);
       }
       ibv_qp_init_attr a = softverbs::testkit::qp_init_attr({}, s.cq, s.cq, s.srq);
-      s.qp = ibv_create_qp(s.pd, &a);
+      if (p.send_ops_flags) {
+        ibv_qp_init_attr_ex ex{};
+        std::memcpy(&ex, &a, sizeof a);  // ibv_qp_init_attr_ex starts with ibv_qp_init_attr's fields
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        ex.pd = s.pd;
+        ex.send_ops_flags = p.send_ops_flags;
+        s.qp = ibv_create_qp_ex(s.ctx, &ex);
+      } else {
+        s.qp = ibv_create_qp(s.pd, &a);
+      }
       ASSERT_NE(s.qp, nullptr);
       s.mr = ibv_reg_mr(
           s.pd, s.buf.data(), kBuf,

@@ -35,6 +35,38 @@ TEST_F(VerbFault, PostSendFailsWithTheRulesErrno) {
   EXPECT_EQ(wc.wr_id, 4u);
 }
 
+// The same rule on an ibv_wr_* batch of three RDMA WRITEs: ibv_wr_complete
+// returns the rule's errno and none of the batch is posted, not even the first.
+TEST_F(VerbFault, WrCompleteFailsTheWholeBatchWithTheRulesErrno) {
+  QpParams p;
+  p.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+  ASSERT_NO_FATAL_FAILURE(setup(p));
+  load(
+      "[[rule]]\nname = \"again\"\nverb = \"post_send\"\nopcode = \"IBV_WR_RDMA_WRITE\"\nnth = 2\n"
+      "action = \"fail\"\nerrno = \"EAGAIN\"\n");
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(a_.qp);
+  ASSERT_NE(qpx, nullptr);
+  auto batch = [&](uint64_t first_id, int n) {
+    ibv_wr_start(qpx);
+    for (int i = 0; i < n; ++i) {
+      qpx->wr_id = first_id + static_cast<uint64_t>(i);
+      qpx->wr_flags = IBV_SEND_SIGNALED;
+      ibv_wr_rdma_write(qpx, b_.mr->rkey, reinterpret_cast<uintptr_t>(b_.buf.data()));
+      ibv_wr_set_sge(qpx, a_.mr->lkey, reinterpret_cast<uintptr_t>(a_.buf.data()), 64);
+    }
+    return ibv_wr_complete(qpx);
+  };
+  EXPECT_EQ(batch(1, 3), EAGAIN);
+  EXPECT_EQ(softverbs_fault_hits("again"), 1u);
+  ibv_wc wc{};
+  EXPECT_FALSE(wait_wc(a_.cq, &wc, 50)) << "wr_id " << wc.wr_id << " of the failed batch ran";
+  // The rule fired once (nth = 2): the next batch goes through.
+  EXPECT_EQ(batch(10, 1), 0);
+  ASSERT_TRUE(wait_wc(a_.cq, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 10u);
+}
+
 TEST_F(VerbFault, PostRecvFailsOnlyOnTheNamedQp) {
   ASSERT_NO_FATAL_FAILURE(setup());
   softverbs_counters before{};

@@ -112,14 +112,25 @@ TEST_F(Passthrough, DataPathJumpsStraightIntoTheInnerLibrary) {
   EXPECT_EQ(ibv_start_poll(cqx, &poll_attr), ENOENT) << "an empty CQ, polled through the inner library";
 
   // The extended QP: forwarded ibv_qp_to_qp_ex gives what the inner library
-  // gives (the emulator offers no ibv_wr_* API, so NULL); any pointer it did
-  // give would be the inner library's.
-  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
-  if (qpx) {
-    EXPECT_TRUE(in_inner(reinterpret_cast<void*>(qpx->wr_start)));
-    EXPECT_TRUE(in_inner(reinterpret_cast<void*>(qpx->wr_send)));
-    EXPECT_TRUE(in_inner(reinterpret_cast<void*>(qpx->wr_complete)));
-  }
+  // gives: NULL for a QP created without send ops flags; for one created
+  // through the (wrapped) create_qp_ex slot with them, an ibv_qp_ex whose
+  // ibv_wr_* pointers are the inner library's.
+  EXPECT_EQ(ibv_qp_to_qp_ex(qp), nullptr);
+  ibv_qp_init_attr_ex init_ex{};
+  init_ex.send_cq = init_ex.recv_cq = cq;
+  init_ex.qp_type = IBV_QPT_RC;
+  init_ex.cap = {4, 4, 1, 1, 0};
+  init_ex.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  init_ex.pd = pd;
+  init_ex.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+  ibv_qp* qp_ex = ibv_create_qp_ex(ctx_, &init_ex);
+  ASSERT_NE(qp_ex, nullptr) << std::strerror(errno);
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp_ex);
+  ASSERT_NE(qpx, nullptr);
+  EXPECT_TRUE(in_inner(reinterpret_cast<void*>(qpx->wr_start)));
+  EXPECT_TRUE(in_inner(reinterpret_cast<void*>(qpx->wr_send)));
+  EXPECT_TRUE(in_inner(reinterpret_cast<void*>(qpx->wr_complete)));
+  EXPECT_EQ(ibv_destroy_qp(qp_ex), 0);
 
   EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);

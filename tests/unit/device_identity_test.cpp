@@ -146,3 +146,28 @@ TEST(DeviceSysfs, FilesOfARoceAndAnInfiniBandDevice) {
 
 }  // namespace
 }  // namespace softverbs::emu
+
+namespace softverbs::emu {
+namespace {
+
+// SOFTVERBS_VENDOR_PART_ID (docs/configuration.md): a 32-bit number, decimal or
+// 0x-hexadecimal, blanks around it ignored; anything else is refused.
+TEST(VendorPartId, ParsesDecimalAndHexadecimal) {
+  EXPECT_EQ(parse_vendor_part_id("4123"), 4123u);
+  EXPECT_EQ(parse_vendor_part_id(" 0x101b\t"), 4123u);
+  EXPECT_EQ(parse_vendor_part_id("0X101B"), 4123u);
+  EXPECT_EQ(parse_vendor_part_id("4294967295"), 4294967295u);
+  EXPECT_EQ(parse_vendor_part_id("0"), 0u);
+  for (const char* bad : {"", " ", "0x", "-1", "4294967296", "12ab", "0x1g", "+5", "4123 4123"})
+    EXPECT_FALSE(parse_vendor_part_id(bad)) << "'" << bad << "'";
+}
+
+TEST(VendorPartId, DevicesDefaultToSoftverbsOwnId) {
+  std::string error;
+  auto c = parse_config("a,b", nullptr, nullptr, &error);
+  ASSERT_TRUE(c) << error;
+  for (const DeviceConfig& d : c->devices) EXPECT_EQ(d.vendor_part_id, caps::kVendorPartId);
+}
+
+}  // namespace
+}  // namespace softverbs::emu
