@@ -40,6 +40,17 @@ std::vector<std::string> lines_starting(const std::string& text, const std::stri
   return v;
 }
 
+// A multicast sender's device: it joined as a full member, so it gets its own
+// datagrams back and drops them for want of receives (dropped), or, once it has
+// left, as packets for no QP (unknown_qp); none of them is damaged.
+void expect_sender_device_undamaged(const ProcessResult& p) {
+  std::vector<DeviceReport> devs = parse_device_reports(p.err);
+  ASSERT_EQ(devs.size(), 1u) << p.describe();
+  ASSERT_FALSE(devs[0].counters.empty()) << p.describe();
+  EXPECT_EQ(devs[0].counter("icrc_err"), 0u) << devs[0].describe_counters();
+  EXPECT_EQ(devs[0].counter("malformed"), 0u) << devs[0].describe_counters();
+}
+
 void expect_only_info_on_stderr(const ProcessResult& p, const std::string& side,
                                 const std::vector<std::string>& allowed = {}) {
   auto extra = unexpected_stderr(p.err, allowed);
@@ -183,6 +194,7 @@ TEST_P(McastCmVerbs, ReceiverCompletesEveryMessage) {
   ASSERT_TRUE(clean_device_report(m.receiver, "receiver", &d)) << m.describe();
   EXPECT_EQ(d.address, raddr);
   EXPECT_GE(d.counter("rx"), static_cast<uint64_t>(c.count)) << d.describe_counters();
+  expect_sender_device_undamaged(m.sender);
   expect_only_info_on_stderr(m.receiver, "receiver");
   expect_only_info_on_stderr(m.sender, "sender");
 }
@@ -226,6 +238,7 @@ TEST_P(McastRdmaVerbs, ReceiverGetsEveryMessage) {
   ASSERT_TRUE(clean_device_report(m.receiver, "receiver", &d)) << m.describe();
   EXPECT_EQ(d.address, raddr);
   EXPECT_EQ(d.counter("rx"), static_cast<uint64_t>(count)) << d.describe_counters();
+  expect_sender_device_undamaged(m.sender);
   // The program's CM thread reads main()'s local context through a pointer, also
   // once main() has returned and exit() reuses that stack: a thread that gets to
   // its rdma_get_cm_event only then passes whatever lies there now, which is no
