@@ -7,7 +7,7 @@
 // data went through (the RC example's "Message is: ..." and buffer contents, the
 // multicast receivers' completion counts, the SRQ example's receive counts per QP).
 //
-// Addresses: devices 127.204.0.1-127.204.0.12 and groups 239.204.0.1-239.204.0.5,
+// Addresses: devices 127.204.0.1-127.204.0.14 and groups 239.204.0.1-239.204.0.5,
 // one set per case (ctest runs cases in parallel), used by no other test; the SRQ pairs take free 127.77.x.y addresses (cm_pair.hpp).
 #include <gtest/gtest.h>
 
@@ -66,7 +66,8 @@ void expect_only_info_on_stderr(const ProcessResult& p, const std::string& side,
 struct RcCase {
   std::string name;
   std::string link;                // "" (RoCE) or "/ib"
-  std::vector<std::string> extra;  // -g 1 on RoCE: its address vectors need a GRH
+  std::vector<std::string> extra;  // -g on RoCE: its address vectors need a GRH
+  std::string saddr, caddr;        // the devices
   std::string remote_id_line;      // what the client prints about the server's port
 };
 void PrintTo(const RcCase& c, std::ostream* os) { *os << c.name; }
@@ -75,10 +76,7 @@ class RcVerbs : public ::testing::TestWithParam<RcCase> {};
 
 TEST_P(RcVerbs, SendReadWriteBetweenTwoDevices) {
   const RcCase& c = GetParam();
-  // The IB case's addresses give LIDs 3 and 4; the RoCE case's GID index 1 is the
-  // IPv4-mapped GID of the device's address.
-  const std::string saddr = c.link.empty() ? "127.204.0.1" : "127.204.0.3";
-  const std::string caddr = c.link.empty() ? "127.204.0.2" : "127.204.0.4";
+  const std::string &saddr = c.saddr, &caddr = c.caddr;
   Env senv = client_env().set("SOFTVERBS_LOG", "info").set("SOFTVERBS_DEVICES", "s@" + saddr + c.link);
   Env cenv = client_env().set("SOFTVERBS_LOG", "info").set("SOFTVERBS_DEVICES", "c@" + caddr + c.link);
   PairResult r = run_pair(
@@ -115,10 +113,16 @@ TEST_P(RcVerbs, SendReadWriteBetweenTwoDevices) {
   expect_only_info_on_stderr(r.client, "client");
 }
 
+// On RoCE, GID index 1 is the IPv4-mapped GID of the device's address and GID
+// index 0 its link-local GID (fe80:: and the EUI-64 of MAC 02:00:7f:cc:00:0d); the
+// IB case's addresses give LIDs 3 and 4.
 INSTANTIATE_TEST_SUITE_P(
     Links, RcVerbs,
-    ::testing::Values(RcCase{"RoCE", "", {"-g", "1"}, "Remote GID =00:00:00:00:00:00:00:00:00:00:ff:ff:7f:cc:00:01\n"},
-                      RcCase{"InfiniBand", "/ib", {}, "Remote LID = 0x3\n"}),
+    ::testing::Values(RcCase{"RoCE", "", {"-g", "1"}, "127.204.0.1", "127.204.0.2",
+                             "Remote GID =00:00:00:00:00:00:00:00:00:00:ff:ff:7f:cc:00:01\n"},
+                      RcCase{"RoCE_LinkLocalGid", "", {"-g", "0"}, "127.204.0.13", "127.204.0.14",
+                             "Remote GID =fe:80:00:00:00:00:00:00:00:00:7f:ff:fe:cc:00:0d\n"},
+                      RcCase{"InfiniBand", "/ib", {}, "127.204.0.3", "127.204.0.4", "Remote LID = 0x3\n"}),
     [](const auto& info) { return info.param.name; });
 
 // ---------------------------------------------------------------------------
