@@ -3,6 +3,7 @@
  * "Code for Send, Receive, RDMA Read, RDMA Write", as printed there: an RC QP pair
  * connected over a TCP side channel, a SEND from the server, then an RDMA Read and
  * an RDMA Write by the client. Built and run unmodified by tests/manual/.
+ * One file with long functions, as printed: its size and shape are the manual's.
  *
  * Departures from the printed text (besides the damage of the text's extraction:
  * underscores, '&', braces, comment markers and line breaks):
