@@ -32,6 +32,11 @@ bool ipv4_group(const fabric::McastGid& g, in_addr* out) {
   return true;
 }
 
+// How many groups a device remembers having left. Datagrams sent to it as a
+// member arrive after its leave only while they are in flight or in its socket
+// buffer, so a few of the latest groups are enough.
+constexpr size_t kLeftGroupsKept = 16;
+
 }  // namespace
 
 int Device::attach_mcast(uint32_t qpn, const ibv_gid& gid, uint16_t lid) {
@@ -47,6 +52,9 @@ int Device::attach_mcast(uint32_t qpn, const ibv_gid& gid, uint16_t lid) {
   }
   if (mcast_attachments_ >= static_cast<size_t>(caps::kMaxTotalMcastQpAttach)) return ENOMEM;
   McastGroup& g = mcast_[key];
+  in_addr v4;
+  if (g.attached.empty() && ipv4_group(key, &v4))
+    std::erase_if(left_groups_, [&](in_addr a) { return a.s_addr == v4.s_addr; });
   if (!g.membership) g.membership = std::make_unique<fabric::McastMembership>(key, addr_);
   g.attached.emplace_back(qpn, lid);
   ++mcast_attachments_;
@@ -63,7 +71,14 @@ int Device::detach_mcast(uint32_t qpn, const ibv_gid& gid, uint16_t lid) {
   a.erase(at);
   --mcast_attachments_;
   // The last QP gone, the device leaves the group: its name disappears.
-  if (a.empty()) mcast_.erase(it);
+  if (a.empty()) {
+    in_addr v4;
+    if (ipv4_group(it->first, &v4)) {
+      left_groups_.push_back(v4);
+      if (left_groups_.size() > kLeftGroupsKept) left_groups_.pop_front();
+    }
+    mcast_.erase(it);
+  }
   return 0;
 }
 
@@ -82,6 +97,10 @@ wire::ParseError Device::admit_mcast(std::span<const uint8_t> packet, wire::Ipv4
   if (packet.size() < wire::Bth::kSize) return wire::ParseError::icrc_mismatch;
   const uint32_t dest_qp = (uint32_t{packet[5]} << 16) | (uint32_t{packet[6]} << 8) | packet[7];
   if (dest_qp != wire::kMulticastQpn) return wire::ParseError::icrc_mismatch;
+  // The groups left lately are tried too: a datagram the device was sent as a
+  // member that arrives after it left is not corrupted. It then finds no group
+  // in deliver_mcast(), which counts it with the packets for a QP the device
+  // does not have (rx_unknown_qp), not as an ICRC error.
   std::vector<in_addr> groups;
   {
     std::lock_guard lock(mcast_mu_);
@@ -89,6 +108,7 @@ wire::ParseError Device::admit_mcast(std::span<const uint8_t> packet, wire::Ipv4
       in_addr a;
       if (ipv4_group(gid, &a)) groups.push_back(a);
     }
+    groups.insert(groups.end(), left_groups_.rbegin(), left_groups_.rend());
   }
   for (in_addr group : groups) {
     std::memcpy(flow.daddr.data(), &group.s_addr, 4);

@@ -197,7 +197,7 @@ class Device final : private fabric::PacketSink {
   void ready() override { progress(true); }
   // A packet to the multicast QPN whose ICRC does not verify against this
   // device's address: verifies it against each IPv4 group the device has
-  // joined, and on success sets rx_group_ (emu/device/mcast.cpp).
+  // joined or left lately, and on success sets rx_group_ (emu/device/mcast.cpp).
   wire::ParseError admit_mcast(std::span<const uint8_t> packet, wire::Ipv4Flow flow, wire::PacketView& view);
   // Hands a multicast packet to every QP of this device attached to rx_group_.
   void deliver_mcast(in_addr src, const wire::PacketView& view);
@@ -243,6 +243,9 @@ class Device final : private fabric::PacketSink {
   std::mutex mcast_mu_;
   std::map<fabric::McastGid, McastGroup> mcast_;  // under mcast_mu_
   size_t mcast_attachments_ = 0;                  // under mcast_mu_
+  // The IPv4 groups the device left last, oldest first (under mcast_mu_): what a
+  // member was sent before it left still arrives after, and is recognised by them.
+  std::deque<in_addr> left_groups_;
   // The group the packet admit() just passed was sent to, or 0 (under rx_mu_:
   // admit() and deliver() of one packet run back to back).
   in_addr rx_group_{};

@@ -62,8 +62,14 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
       std::memcpy(&out->s_addr, g + 12, 4);
       return true;
     }
-    if (dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) {
-      // An IB GID of an emulated port: its GUID carries the address (Device).
+    // On RoCE, an emulated port's link-local GID: fe80::/64 and the EUI-64 of its
+    // MAC 02:00:a:b:c:d, which is 00:00:a:ff:fe:b:c:d (GID index 0, as rxe's).
+    const bool emulated_link_local = g[0] == 0xfe && g[1] == 0x80 && g[8] == 0 && g[9] == 0 && g[11] == 0xff &&
+                                     g[12] == 0xfe && std::all_of(g + 2, g + 8, [](uint8_t b) { return b == 0; });
+    if ((dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) || emulated_link_local) {
+      // An IB GID or RoCE link-local GID of an emulated port: its GUID carries the
+      // address (emu/device/identity.cpp). Packets go to that address over IPv4
+      // like every other: the devices have no IPv6 addresses.
       uint8_t b[4] = {g[10], g[13], g[14], g[15]};
       std::memcpy(&out->s_addr, b, 4);
       return true;
