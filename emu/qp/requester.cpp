@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/identity.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
@@ -57,13 +58,16 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
       std::memcpy(&out->s_addr, g + 12, 4);
       return true;
     }
+    // A device's IPv6 GID carries its IPv4 address, whose socket the packets
+    // travel on (docs/wire.md §1).
+    if (dev.link_layer() == LinkLayer::kEthernet && ipv4_in_ipv6(g, out)) return true;
     if (dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) {
       // An IB GID of an emulated port: its GUID carries the address (Device).
       uint8_t b[4] = {g[10], g[13], g[14], g[15]};
       std::memcpy(&out->s_addr, b, 4);
       return true;
     }
-    return false;  // IPv6 destinations are not supported
+    return false;  // other IPv6 destinations have no device
   }
   *out = dev.addr_of_lid(av.dlid);
   return true;
