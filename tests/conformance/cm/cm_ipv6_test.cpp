@@ -242,6 +242,89 @@ TEST_F(CmIpv6, AnIpv4ListenerDoesNotTakeIpv6Requests) {
   EXPECT_EQ(poll(&pf, 1, 0), 0) << "no CONNECT_REQUEST for the IPv4 listener";
 }
 
+// SIDR over IPv6: the ESTABLISHED event's address vector uses the IPv6 GIDs, and
+// a datagram sent with it arrives. Its GRH area holds the IPv4 header the
+// datagram travelled with (docs/wire.md §1.1, §1.5).
+TEST_F(CmIpv6, UdSidrGivesAnIpv6AddressVector) {
+  Id listener(passive_, RDMA_PS_UDP);
+  uint16_t port = next_port();
+  auto addr = v6(gb_, port);
+  ASSERT_EQ(rdma_bind_addr(listener, sa(addr)), 0);
+  ASSERT_EQ(rdma_listen(listener, 4), 0);
+  Id client(active_, RDMA_PS_UDP);
+  auto dst = v6(gb_, port);
+  ASSERT_EQ(rdma_resolve_addr(client, nullptr, sa(dst), 2000), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ADDR_RESOLVED));
+  ASSERT_EQ(rdma_resolve_route(client, 2000), 0);
+  ASSERT_TRUE(ack_expected(active_, RDMA_CM_EVENT_ROUTE_RESOLVED));
+  auto ud_attr = [] {
+    ibv_qp_init_attr a{};
+    a.qp_type = IBV_QPT_UD;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    a.sq_sig_all = 1;
+    return a;
+  };
+  auto attr = ud_attr();
+  ASSERT_EQ(rdma_create_qp(client, nullptr, &attr), 0);
+  rdma_conn_param p{};
+  ASSERT_EQ(rdma_connect(client, &p), 0);
+  rdma_cm_event* req = expect_event(passive_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  Id server;
+  server.reset(req->id);
+  rdma_ack_cm_event(req);
+  auto* peer = reinterpret_cast<sockaddr_in6*>(rdma_get_peer_addr(server));
+  ASSERT_EQ(peer->sin6_family, AF_INET6);
+  EXPECT_TRUE(same_gid(peer->sin6_addr.s6_addr, gb_)) << "a wildcard source: the destination's device";
+  attr = ud_attr();  // rdma_create_qp filled in the client's CQs
+  ASSERT_EQ(rdma_create_qp(server, nullptr, &attr), 0);
+  ASSERT_EQ(rdma_accept(server, nullptr), 0);
+  rdma_cm_event* est = expect_event(active_, RDMA_CM_EVENT_ESTABLISHED);
+  ASSERT_NE(est, nullptr);
+  rdma_ud_param ud = est->param.ud;
+  rdma_ack_cm_event(est);
+  EXPECT_EQ(ud.ah_attr.is_global, 1);
+  EXPECT_EQ(ud.ah_attr.grh.sgid_index, index_b_) << "the source device's IPv6 GID";
+  EXPECT_TRUE(same_gid(ud.ah_attr.grh.dgid.raw, gb_));
+  ibv_ah* ah = ibv_create_ah(client->pd, &ud.ah_attr);
+  ASSERT_NE(ah, nullptr) << strerror(errno);
+
+  char rbuf[40 + 32] = {}, sbuf[32] = "ud over ipv6";
+  ibv_mr* rmr = ibv_reg_mr(server->pd, rbuf, sizeof rbuf, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* smr = ibv_reg_mr(client->pd, sbuf, sizeof sbuf, 0);
+  ASSERT_NE(rmr, nullptr);
+  ASSERT_NE(smr, nullptr);
+  ibv_sge rsge{reinterpret_cast<uintptr_t>(rbuf), sizeof rbuf, rmr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(server->qp, &rwr, &rbad), 0);
+  ibv_sge ssge{reinterpret_cast<uintptr_t>(sbuf), sizeof sbuf, smr->lkey};
+  ibv_send_wr swr{}, *sbad = nullptr;
+  swr.sg_list = &ssge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.wr.ud.ah = ah;
+  swr.wr.ud.remote_qpn = ud.qp_num;
+  swr.wr.ud.remote_qkey = ud.qkey;
+  ASSERT_EQ(ibv_post_send(client->qp, &swr, &sbad), 0);
+  ibv_wc wc{};
+  int got = 0;
+  for (int i = 0; i < 5000 && got == 0; ++i) {  // bounded: 5 s of 1 ms polls
+    got = ibv_poll_cq(server->recv_cq, 1, &wc);
+    pollfd none{};
+    if (!got) poll(&none, 0, 1);
+  }
+  ASSERT_EQ(got, 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_STREQ(rbuf + 40, "ud over ipv6");
+  EXPECT_EQ(static_cast<uint8_t>(rbuf[20]) >> 4, 4) << "the GRH area holds an IPv4 header";
+  ibv_destroy_ah(ah);
+  ibv_dereg_mr(rmr);
+  ibv_dereg_mr(smr);
+}
+
 // rdma_getaddrinfo takes the address as text and gives a sockaddr_in6 that
 // rdma_resolve_addr accepts.
 TEST_F(CmIpv6, GetaddrinfoGivesTheIpv6Address) {
