@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/identity.hpp"
 #include "emu/memory/user_range.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
@@ -636,10 +637,15 @@ int EmuProvider::resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr
   // Emulated devices derive their MAC from their IPv4 address (see Device).
   const uint8_t* d = attr->grh.dgid.raw;
   static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(d, v4mapped, 12) != 0) return -EINVAL;
+  in_addr peer{};
+  if (std::memcmp(d, v4mapped, 12) == 0) {
+    std::memcpy(&peer.s_addr, d + 12, 4);
+  } else if (!ipv4_in_ipv6(d, &peer)) {  // a device's IPv6 GID carries the same address
+    return -EINVAL;
+  }
   eth_mac[0] = 0x02;
   eth_mac[1] = 0x00;
-  std::memcpy(eth_mac + 2, d + 12, 4);
+  std::memcpy(eth_mac + 2, &peer.s_addr, 4);
   if (vid) *vid = 0xffff;  // no VLAN
   return 0;
 }

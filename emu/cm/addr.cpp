@@ -3,9 +3,12 @@
 // resolution, rdma_getaddrinfo, and listening.
 //
 // The model: each emulated device owns one IPv4 address (its RoCEv2 GID is the
-// IPv4-mapped form). An address a device of this process owns resolves to it;
-// another 127/8 address resolves when some process of this host has a device
-// there (its UDP port 4791 is bound: the emulated ARP answer), or fails with
+// IPv4-mapped form) and one IPv6 address that carries it (fd73:7665:7262::a.b.c.d,
+// emu/device/identity.hpp), so every rule below holds for both: the IPv6 one
+// resolves, binds and listens as the IPv4 one does, with GIDs of its own.
+// An address a device of this process owns resolves to it; another 127/8
+// address resolves when some process of this host has a device there (its UDP
+// port 4791 is bound: the emulated ARP answer), or fails with
 // ADDR_ERROR/-ETIMEDOUT when nothing answers within the timeout; 127.0.0.1 and
 // ::1 are "this host's RDMA" (the loopback service): a connection to them is
 // offered to every device of the host in turn until one has a listener. Other
@@ -39,8 +42,9 @@ constexpr uint32_t kLoopback = 0x7f000001;  // 127.0.0.1, host order
 
 bool is_loopback_range(in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
 
-// The IPv4 address a socket address names (v4-mapped and AF_IB GIDs included);
-// ::1 is 127.0.0.1 and :: is 0.0.0.0. False for other IPv6 addresses.
+// The IPv4 address a socket address names (v4-mapped and AF_IB GIDs included,
+// and a device's IPv6 address, which carries it); ::1 is 127.0.0.1 and :: is
+// 0.0.0.0. False for other IPv6 addresses.
 bool v4_of(const sockaddr* sa, in_addr* out) {
   if (!sa) return false;
   if (sa->sa_family == AF_INET) {
@@ -51,6 +55,7 @@ bool v4_of(const sockaddr* sa, in_addr* out) {
   if (sa->sa_family == AF_INET6) raw = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr.s6_addr;
   if (sa->sa_family == AF_IB) raw = reinterpret_cast<const sockaddr_ib*>(sa)->sib_addr.sib_raw;
   if (!raw) return false;
+  if (ipv4_in_ipv6(raw, out)) return true;
   static const uint8_t kZero[16] = {};
   if (std::memcmp(raw, kZero, 10) != 0) return false;
   if (raw[10] == 0xff && raw[11] == 0xff) {
@@ -114,6 +119,35 @@ void set_v4(sockaddr* sa, in_addr a) {
       break;
     }
   }
+}
+
+// Whether the address is a device's IPv6 address (not IPv4, v4-mapped or a wildcard).
+bool is_dev_v6(const sockaddr* sa) {
+  in_addr a{};
+  if (sa && sa->sa_family == AF_INET6)
+    return ipv4_in_ipv6(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr.s6_addr, &a);
+  if (sa && sa->sa_family == AF_IB) return ipv4_in_ipv6(reinterpret_cast<const sockaddr_ib*>(sa)->sib_addr.sib_raw, &a);
+  return false;
+}
+
+// Writes the device address `a` into `sa`: as an IPv4 (or v4-mapped) address,
+// or as the device's IPv6 address for an id that uses those.
+void set_dev_addr(sockaddr* sa, in_addr a, bool v6) {
+  set_v4(sa, a);
+  if (!v6 || sa->sa_family == AF_INET) return;
+  ibv_gid g = ipv6_gid_of(a);
+  uint8_t* raw = sa->sa_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(sa)->sin6_addr.s6_addr
+                                           : reinterpret_cast<sockaddr_ib*>(sa)->sib_addr.sib_raw;
+  std::memcpy(raw, g.raw, 16);
+}
+
+// Two bound addresses overlap when either is a wildcard or both name the same
+// address: a device's IPv4 and IPv6 addresses are two addresses.
+bool overlaps(const sockaddr* a, const sockaddr* b) {
+  in_addr x{}, y{};
+  if (!v4_of(a, &x) || !v4_of(b, &y)) return true;
+  if (x.s_addr == 0 || y.s_addr == 0) return true;
+  return x.s_addr == y.s_addr && is_dev_v6(a) == is_dev_v6(b);
 }
 
 bool is_any(const sockaddr* sa) {
@@ -185,15 +219,11 @@ CmDevice* EmuCm::device_owning(in_addr a) {
 // Ports (per port space, for the ids of this process; docs/rdma-cm.md)
 
 bool EmuCm::port_in_use(const Id* self, const sockaddr* addr, uint16_t port) const {
-  in_addr mine{};
-  bool mine_v4 = v4_of(addr, &mine);
   for (auto& [pub, other] : ids_) {
     if (other == self || !other->owns_port || other->port != port || other->pub.ps != self->pub.ps) continue;
     if (other->state == IdState::kIdle || other->state == IdState::kDestroying) continue;
     if (self->reuse_addr && other->reuse_addr && other->state != IdState::kListen) continue;
-    in_addr theirs{};
-    bool theirs_v4 = v4_of(&other->pub.route.addr.src_addr, &theirs);
-    if (!mine_v4 || !theirs_v4 || mine.s_addr == 0 || theirs.s_addr == 0 || mine.s_addr == theirs.s_addr) return true;
+    if (overlaps(addr, &other->pub.route.addr.src_addr)) return true;
   }
   return false;
 }
@@ -217,9 +247,12 @@ int EmuCm::bind_locked(Id* id, const sockaddr* addr) {
   if (id->state != IdState::kIdle) return fail(EINVAL);
   in_addr a{};
   CmDevice* dev = nullptr;
-  if (!v4_of(addr, &a)) return fail(EADDRNOTAVAIL);  // IPv6 beyond ::, ::1 and v4-mapped: no device has one
+  // IPv6 beyond ::, ::1, v4-mapped and the devices' own: no device has it.
+  if (!v4_of(addr, &a)) return fail(EADDRNOTAVAIL);
+  const bool v6 = is_dev_v6(addr);
   if (a.s_addr != 0) {
     dev = device_for_local(addr);
+    if (!dev && v6) return fail(EADDRNOTAVAIL);  // no device of this process has it
     if (!dev && ntohl(a.s_addr) == kLoopback && !devices_.empty()) dev = devices_.front().get();  // the kernel's cma_bind_loopback
     if (!dev) return fail(is_loopback_range(a) ? ENODEV : EADDRNOTAVAIL);
   }
@@ -238,6 +271,7 @@ int EmuCm::bind_locked(Id* id, const sockaddr* addr) {
   std::memcpy(&id->pub.route.addr.src_storage, &src, sizeof src);
   id->port = port;
   id->owns_port = true;
+  id->v6 = v6;
   id->state = IdState::kAddrBound;
   return 0;
 }
@@ -271,10 +305,11 @@ int EmuCm::resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr,
   if (id->state != IdState::kAddrBound) return fail(EINVAL);
   in_addr dst{};
   if (!v4_of(dst_addr, &dst) || dst.s_addr == 0) {
-    // No device of this stack has an IPv6 address: the route lookup fails.
+    // An IPv6 address no device has: the route lookup fails.
     return fail(EINVAL);
   }
   std::memcpy(&id->pub.route.addr.dst_storage, dst_addr, addr_len(dst_addr));
+  id->v6 = is_dev_v6(dst_addr);  // the destination's family picks the GIDs, as the kernel's route lookup does
   id->state = IdState::kAddrQuery;
   id->candidates.clear();
 
@@ -297,10 +332,10 @@ int EmuCm::resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr,
       id->state = IdState::kAddrBound;
       return -1;
     }
-    if (is_any(&id->pub.route.addr.src_addr)) set_v4(&id->pub.route.addr.src_addr, dev->device->addr());
+    if (is_any(&id->pub.route.addr.src_addr)) set_dev_addr(&id->pub.route.addr.src_addr, dev->device->addr(), id->v6);
   }
 
-  if (ntohl(dst.s_addr) == kLoopback) {
+  if (ntohl(dst.s_addr) == kLoopback && !id->v6) {
     // The loopback service: this process's devices first, then the host's.
     for (auto& d : devices_)
       if (!d->device->fatal()) id->candidates.push_back(d->device->addr());
@@ -364,7 +399,7 @@ void EmuCm::resolve_addr_step(uint64_t generation, Id* id, Clock::time_point dea
   }
   id->state = IdState::kAddrResolved;
   auto& ib = id->pub.route.addr.addr.ibaddr;
-  wire::cm::Gid s = gid_of(dev.addr()), d = gid_of(id->peer_device);
+  wire::cm::Gid s = gid_of(dev.addr(), id->v6), d = gid_of(id->peer_device, id->v6);
   std::memcpy(ib.sgid.raw, s.data(), 16);
   std::memcpy(ib.dgid.raw, d.data(), 16);
   ib.pkey = htobe16(0xffff);
@@ -376,7 +411,7 @@ void EmuCm::fill_route(Id* id) {
   Device& dev = *id->dev->device;
   ibv_sa_path_rec& p = id->path;
   p = {};
-  wire::cm::Gid s = gid_of(dev.addr()), d = gid_of(id->peer_device);
+  wire::cm::Gid s = gid_of(dev.addr(), id->v6), d = gid_of(id->peer_device, id->v6);
   std::memcpy(p.sgid.raw, s.data(), 16);
   std::memcpy(p.dgid.raw, d.data(), 16);
   p.pkey = htobe16(0xffff);
@@ -417,6 +452,7 @@ int EmuCm::resolve_route(rdma_cm_id* pub, int /*timeout_ms*/) {
 Id* EmuCm::find_listener(CmDevice* dev, uint16_t ps, uint16_t port, const sockaddr* dst) {
   in_addr want{};
   v4_of(dst, &want);
+  const bool want_v6 = is_dev_v6(dst);
   Id* wildcard = nullptr;
   for (auto& [pub, id] : ids_) {
     if (id->state != IdState::kListen || id->port != port || id->pub.ps != ps) continue;
@@ -426,7 +462,7 @@ Id* EmuCm::find_listener(CmDevice* dev, uint16_t ps, uint16_t port, const sockad
       wildcard = id;
       continue;
     }
-    if (id->dev == dev && bound.s_addr == want.s_addr) return id;
+    if (id->dev == dev && bound.s_addr == want.s_addr && is_dev_v6(&id->pub.route.addr.src_addr) == want_v6) return id;
   }
   return wildcard;
 }
@@ -451,10 +487,7 @@ int EmuCm::listen(rdma_cm_id* pub, int backlog) {
   for (auto& [p, other] : ids_) {
     if (other == id || other->state != IdState::kListen || other->port != id->port || other->pub.ps != id->pub.ps)
       continue;
-    in_addr a{}, b{};
-    v4_of(&id->pub.route.addr.src_addr, &a);
-    v4_of(&other->pub.route.addr.src_addr, &b);
-    if (a.s_addr == 0 || b.s_addr == 0 || a.s_addr == b.s_addr) {
+    if (overlaps(&id->pub.route.addr.src_addr, &other->pub.route.addr.src_addr)) {
       id->state = IdState::kAddrBound;
       return fail(EADDRINUSE);
     }

@@ -131,20 +131,25 @@ std::vector<Id*> EmuCm::drop_queued_events(Id* id) {
 int EmuCm::get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (!event) return fail(EINVAL);
   auto* ch = reinterpret_cast<Channel*>(channel);
-  int fd;
-  {
-    Lock lock(mu_);
-    if (!channels_.count(ch)) return fail(EINVAL);
-    fd = ch->pub.fd;
-  }
-  for (;;) {
+  for (bool first = true;; first = false) {
+    int fd;
     {
+      // The channel is looked up on every pass: it may have been destroyed
+      // (and freed, with no reader left) since the last one.
       Lock lock(mu_);
+      if (!channels_.count(ch)) return fail(first ? EINVAL : EBADF);
+      // The wait reads a descriptor of its own, of the same open file (so the
+      // application's O_NONBLOCK holds for it): the channel may be destroyed
+      // meanwhile, closing pub.fd, whose number the next socket or file of the
+      // process may take at once; this read must not then read that file.
+      fd = fcntl(ch->pub.fd, F_DUPFD_CLOEXEC, 0);
+      if (fd < 0) return fail(errno);
       ch->readers++;
     }
     char b;
     ssize_t n = read(fd, &b, 1);  // blocks unless the application set O_NONBLOCK
     int err = errno;
+    close(fd);
     Lock lock(mu_);
     if (--ch->readers == 0 && ch->destroyed) {
       close(ch->write_fd);

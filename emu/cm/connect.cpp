@@ -110,8 +110,8 @@ int EmuCm::send_req(Id* id, const rdma_conn_param* param) {
   req.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
   req.max_cm_retries = static_cast<uint8_t>(max_retries());
   req.srq = id->pub.qp ? id->pub.qp->srq != nullptr : (param && param->srq);
-  req.primary.local_gid = gid_of(dev.addr());
-  req.primary.remote_gid = gid_of(c->peer);
+  req.primary.local_gid = gid_of(dev.addr(), id->v6);
+  req.primary.remote_gid = gid_of(c->peer, id->v6);
   req.primary.packet_rate = static_cast<uint8_t>(id->path.rate);
   req.primary.traffic_class = id->tos.value_or(0);
   req.primary.hop_limit = id->path.hop_limit;
@@ -317,6 +317,9 @@ Id* EmuCm::child_of(Id* listener, Device& dev, in_addr src, const w::CmaHeader* 
   if (h) {
     addr_from_header(&child->pub.route.addr.src_storage, family, h->dst_addr, port);
     addr_from_header(&child->pub.route.addr.dst_storage, family, h->src_addr, h->src_port);
+    // A request to a device's IPv6 address: the connection uses the IPv6 GIDs.
+    in_addr dst{};
+    child->v6 = family == AF_INET6 && ipv4_in_ipv6(h->dst_addr.data(), &dst);
   } else {
     w::Gid mine = gid_of(dev.addr()), theirs = gid_of(src);
     addr_from_header(&child->pub.route.addr.src_storage, AF_INET6, mine, port);
@@ -325,7 +328,7 @@ Id* EmuCm::child_of(Id* listener, Device& dev, in_addr src, const w::CmaHeader* 
   child->port = port;
   child->peer_device = src;
   auto& ib = child->pub.route.addr.addr.ibaddr;
-  w::Gid s = gid_of(dev.addr()), d = gid_of(src);
+  w::Gid s = gid_of(dev.addr(), child->v6), d = gid_of(src, child->v6);
   std::memcpy(ib.sgid.raw, s.data(), 16);
   std::memcpy(ib.dgid.raw, d.data(), 16);
   ib.pkey = htobe16(0xffff);

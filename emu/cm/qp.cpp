@@ -27,9 +27,9 @@ ibv_ah_attr EmuCm::ah_to_peer(Id* id) const {
   ibv_ah_attr ah{};
   ah.is_global = 1;
   in_addr peer = id->conn ? id->conn->peer : id->peer_device;
-  ah.grh.dgid.raw[10] = ah.grh.dgid.raw[11] = 0xff;
-  std::memcpy(ah.grh.dgid.raw + 12, &peer.s_addr, 4);
-  ah.grh.sgid_index = 1;  // the device's IPv4-mapped RoCEv2 GID
+  wire::cm::Gid dgid = cm::gid_of(peer, id->v6);
+  std::memcpy(ah.grh.dgid.raw, dgid.data(), 16);
+  ah.grh.sgid_index = cm::sgid_index_of(id->v6);  // the device's GID of the id's family
   ah.grh.hop_limit = 64;
   ah.grh.traffic_class = id->tos.value_or(0);
   ah.port_num = 1;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/clock.hpp"
+#include "emu/device/identity.hpp"
 #include "wire/cm_mad.hpp"
 
 namespace softverbs::emu {
@@ -59,6 +60,18 @@ inline wire::cm::Gid gid_of(in_addr a) {
   std::memcpy(g.data() + 12, &a.s_addr, 4);
   return g;
 }
+
+// The RoCEv2 GID of a device address in the family an id uses: the device's
+// IPv6 address (fd73:7665:7262::a.b.c.d, GID index 2) for an id whose
+// addresses are the devices' IPv6 ones, else the IPv4-mapped GID (index 1).
+inline wire::cm::Gid gid_of(in_addr a, bool v6) {
+  if (!v6) return gid_of(a);
+  ibv_gid g = ipv6_gid_of(a);
+  wire::cm::Gid out;
+  std::memcpy(out.data(), g.raw, out.size());
+  return out;
+}
+inline uint8_t sgid_index_of(bool v6) { return v6 ? 2 : 1; }
 
 // rdma_cm's id states (the kernel's enum rdma_cm_state).
 enum class IdState {
@@ -126,6 +139,7 @@ struct Id {
   std::optional<uint8_t> ack_timeout;  // RDMA_OPTION_ID_ACK_TIMEOUT
   ibv_sa_path_rec path{};   // what pub.route.path_rec points at once resolved
   in_addr peer_device{};    // the device address the connection goes to
+  bool v6 = false;          // its addresses are devices' IPv6 ones: so are its GIDs
   std::vector<in_addr> candidates;  // loopback service: devices still to try
   uint64_t op_generation = 0;       // cancels a pending resolve's timer
 

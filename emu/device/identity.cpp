@@ -31,7 +31,20 @@ Identity identity_of(in_addr addr) {
   return id;
 }
 
-int gid_count(LinkLayer ll) { return ll == LinkLayer::kEthernet ? 2 : 1; }
+ibv_gid ipv6_gid_of(in_addr addr) {
+  ibv_gid gid{};
+  std::memcpy(gid.raw, kIpv6Prefix, sizeof kIpv6Prefix);
+  std::memcpy(gid.raw + 12, &addr.s_addr, 4);
+  return gid;
+}
+
+bool ipv4_in_ipv6(const uint8_t raw[16], in_addr* out) {
+  if (std::memcmp(raw, kIpv6Prefix, sizeof kIpv6Prefix) != 0) return false;
+  std::memcpy(&out->s_addr, raw + 12, 4);
+  return out->s_addr != 0;
+}
+
+int gid_count(LinkLayer ll) { return ll == LinkLayer::kEthernet ? 3 : 1; }
 
 bool gid_of(LinkLayer ll, in_addr addr, uint32_t index, ibv_gid* gid, ibv_gid_type* type) {
   std::memset(gid, 0, sizeof *gid);
@@ -42,6 +55,10 @@ bool gid_of(LinkLayer ll, in_addr addr, uint32_t index, ibv_gid* gid, ibv_gid_ty
     raw[10] = 0xff;
     raw[11] = 0xff;
     std::memcpy(raw + 12, &addr.s_addr, 4);
+  } else if (ll == LinkLayer::kEthernet && index == 2) {
+    // The device's IPv6 address: a kernel port lists a GID for each IP
+    // address of its netdev, after the IPv4 one here so that index 1 stays.
+    *gid = ipv6_gid_of(addr);
   } else {
     // The default subnet prefix fe80::/64 and the GUID: on RoCE the link-local
     // GID of the MAC (EUI-64), on InfiniBand the port GID.

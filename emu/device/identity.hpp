@@ -23,9 +23,20 @@ struct Identity {
 
 Identity identity_of(in_addr addr);
 
+// The device's IPv6 address (docs/rdma-cm.md, "Addresses"): the unique-local
+// fd73:7665:7262::a.b.c.d (RFC 4193; the global ID is "sverb" in ASCII), which
+// carries the IPv4 address in its last 32 bits so that any process of the host
+// finds the owner from the address alone, as it does for the IPv4 one.
+inline constexpr uint8_t kIpv6Prefix[12] = {0xfd, 0x73, 0x76, 0x65, 0x72, 0x62, 0, 0, 0, 0, 0, 0};
+ibv_gid ipv6_gid_of(in_addr addr);
+// The IPv4 address inside a device IPv6 address (false for any other address,
+// and for the prefix with 0.0.0.0, which no device has).
+bool ipv4_in_ipv6(const uint8_t raw[16], in_addr* out);
+
 // GID table of port 1: how many entries are in use, and entry `index` of it
 // (false for an empty slot). RoCEv2: 0 is the link-local GID of the MAC, 1 the
-// IPv4-mapped GID of the address; InfiniBand: 0 is fe80::/64 + the GUID.
+// IPv4-mapped GID of the address, 2 the device's IPv6 address (all RoCE v2);
+// InfiniBand: 0 is fe80::/64 + the GUID.
 int gid_count(LinkLayer ll);
 bool gid_of(LinkLayer ll, in_addr addr, uint32_t index, ibv_gid* gid, ibv_gid_type* type);
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/identity.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/memory/window.hpp"
@@ -62,6 +63,9 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
       std::memcpy(&out->s_addr, g + 12, 4);
       return true;
     }
+    // A device's IPv6 GID carries its IPv4 address, whose socket the packets
+    // travel on (docs/wire.md §1).
+    if (dev.link_layer() == LinkLayer::kEthernet && ipv4_in_ipv6(g, out)) return true;
     // On RoCE, an emulated port's link-local GID: fe80::/64 and the EUI-64 of its
     // MAC 02:00:a:b:c:d, which is 00:00:a:ff:fe:b:c:d (GID index 0, as rxe's).
     const bool emulated_link_local = g[0] == 0xfe && g[1] == 0x80 && g[8] == 0 && g[9] == 0 && g[11] == 0xff &&
@@ -69,12 +73,12 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
     if ((dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) || emulated_link_local) {
       // An IB GID or RoCE link-local GID of an emulated port: its GUID carries the
       // address (emu/device/identity.cpp). Packets go to that address over IPv4
-      // like every other: the devices have no IPv6 addresses.
+      // like every other (docs/wire.md §1).
       uint8_t b[4] = {g[10], g[13], g[14], g[15]};
       std::memcpy(&out->s_addr, b, 4);
       return true;
     }
-    return false;  // IPv6 destinations are not supported
+    return false;  // other IPv6 destinations have no device
   }
   *out = dev.addr_of_lid(av.dlid);
   return true;

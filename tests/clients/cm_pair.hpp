@@ -81,6 +81,8 @@ struct CmPairSpec {
   bool automatic_devices = false;
   // Called once the server's device exists, right before the client starts.
   std::function<void(const CmAddrs&)> before_client = nullptr;
+  // Non-empty: the client captures its packets there (SOFTVERBS_PCAP).
+  std::string client_pcap = "";
 };
 
 struct CmPair {
@@ -169,6 +171,7 @@ inline CmPair run_cm_pair(const CmPairSpec& spec) {
       senv.set("SOFTVERBS_DEVICES", "s@" + r.addrs.server);
       cenv.set("SOFTVERBS_DEVICES", "c@" + r.addrs.client);
     }
+    if (!spec.client_pcap.empty()) cenv.set("SOFTVERBS_PCAP", spec.client_pcap);
     r.addrs.port = unused_tcp_port();
 
     Process server(spec.server(r.addrs), senv, shown_env(senv));

@@ -13,6 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -106,6 +111,89 @@ TEST_P(Rping, ThousandPingsBetweenTwoDevices) {
 // 32: little more than the text; 100: rping's default; 4096 and 16384: several packets.
 INSTANTIATE_TEST_SUITE_P(Sizes, Rping, ::testing::Values(32, 100, 4096, 16384),
                          [](const ::testing::TestParamInfo<int>& info) { return "S" + std::to_string(info.param); });
+
+// The IPv6 address of the emulated device at IPv4 address `v4` (docs/rdma-cm.md,
+// "Addresses": fd73:7665:7262::a.b.c.d), as 16 bytes and as text.
+std::array<uint8_t, 16> device_ipv6_bytes(const std::string& v4) {
+  in_addr a{};
+  inet_pton(AF_INET, v4.c_str(), &a);
+  std::array<uint8_t, 16> v6 = {0xfd, 0x73, 0x76, 0x65, 0x72, 0x62};
+  std::memcpy(v6.data() + 12, &a.s_addr, 4);
+  return v6;
+}
+std::string device_ipv6(const std::string& v4) {
+  auto v6 = device_ipv6_bytes(v4);
+  char text[INET6_ADDRSTRLEN];
+  inet_ntop(AF_INET6, v6.data(), text, sizeof text);
+  return text;
+}
+
+// The frames of a pcap file (Ethernet link type, as SOFTVERBS_PCAP writes it,
+// in this machine's byte order).
+std::vector<std::string> pcap_frames(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string d((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> frames;
+  for (size_t at = 24; d.size() >= 24 && at + 16 <= d.size();) {
+    uint32_t len = 0;
+    std::memcpy(&len, d.data() + at + 8, 4);
+    if (at + 16 + len > d.size()) break;
+    frames.push_back(d.substr(at + 16, len));
+    at += 16 + len;
+  }
+  return frames;
+}
+
+// rping between two processes over the server device's IPv6 address: the server
+// binds it, the client resolves it with no configuration beyond its own device.
+// The client's capture shows what travels (docs/wire.md §1.1): IPv4/UDP frames
+// between the two devices' IPv4 addresses, with the IPv6 GIDs inside the CM MADs.
+TEST(RpingIpv6, HundredPingsToTheServersIpv6Address) {
+  ASSERT_TRUE(installed(bin("rping"), "rdmacm-utils"));
+  const std::string pcap = "/tmp/softverbs-rping6-" + std::to_string(getpid()) + ".pcap";
+  CmPair r = run_cm_pair(
+      {.server = [](const CmAddrs& a) -> std::vector<std::string> {
+         return {bin("rping"), "-s", "-v", "-a", device_ipv6(a.server), "-p", std::to_string(a.port), "-C", "100"};
+       },
+       .client = [](const CmAddrs& a) -> std::vector<std::string> {
+         return {bin("rping"), "-c", "-v", "-V", "-a", device_ipv6(a.server), "-p", std::to_string(a.port), "-C",
+                 "100"};
+       },
+       .limit = kCmLimit,
+       .client_pcap = pcap});
+  std::vector<std::string> frames = pcap_frames(pcap);
+  std::remove(pcap.c_str());
+  ASSERT_TRUE(r.both_succeeded()) << r.describe();
+  EXPECT_TRUE(pings_match(r.client.out, "ping data: ", 100, 64)) << r.describe();
+  EXPECT_TRUE(pings_match(r.server.out, "server ping data: ", 100, 64)) << r.describe();
+  expect_stderr(r.client, "client", kRpingStderr, r);
+  expect_stderr(r.server, "server", kRpingStderr, r);
+  expect_clean_devices(r);
+
+  ASSERT_GT(frames.size(), 200u) << "100 pings are several frames each";
+  in_addr s{}, c{};
+  inet_pton(AF_INET, r.addrs.server.c_str(), &s);
+  inet_pton(AF_INET, r.addrs.client.c_str(), &c);
+  const auto s6 = device_ipv6_bytes(r.addrs.server), c6 = device_ipv6_bytes(r.addrs.client);
+  auto holds = [](const std::string& frame, const std::array<uint8_t, 16>& gid) {
+    return frame.find(std::string(reinterpret_cast<const char*>(gid.data()), gid.size())) != std::string::npos;
+  };
+  int with_gids = 0;
+  for (const std::string& fr : frames) {
+    ASSERT_GE(fr.size(), 34u);
+    EXPECT_EQ(static_cast<uint8_t>(fr[12]), 0x08);  // EtherType IPv4
+    EXPECT_EQ(static_cast<uint8_t>(fr[13]), 0x00);
+    EXPECT_EQ(static_cast<uint8_t>(fr[14]) >> 4, 4);
+    uint32_t src = 0, dst = 0;
+    std::memcpy(&src, fr.data() + 26, 4);
+    std::memcpy(&dst, fr.data() + 30, 4);
+    EXPECT_TRUE((src == c.s_addr && dst == s.s_addr) || (src == s.s_addr && dst == c.s_addr))
+        << "a frame between other addresses";
+    if (holds(fr, s6) && holds(fr, c6)) ++with_gids;
+  }
+  // The REQ (path GIDs and the rdma_cm header's addresses) and the REP's retransmits, if any.
+  EXPECT_GE(with_gids, 1) << "no CM MAD carries both devices' IPv6 addresses";
+}
 
 // No SOFTVERBS_DEVICES anywhere: the server listens on every address (no -a), the
 // client asks for 127.0.0.1, and the loopback service finds the server's device.

@@ -239,6 +239,10 @@ TESTS = {
 }
 
 NOT_RUN = {
+    ("docs/testing.md", "ctest -L LABEL"):
+        "a placeholder for any label of the suite this test is part of",
+    ("docs/testing.md", "cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \\"):
+        "a full ThreadSanitizer build of the tree and its CM tests (tens of minutes)",
     ("docs/configuration.md", "tshark -i lo"):
         "a live capture on an interface needs capture rights, and the page says what it does not show; SOFTVERBS_PCAP captures are read by docs.example.wire_tshark",
     ("docs/wire.md", "tshark -i lo"):

@@ -58,7 +58,16 @@ TEST(DeviceIdentity, FromTheAddress) {
   EXPECT_EQ(type, IBV_GID_TYPE_ROCE_V2);
   ASSERT_TRUE(gid_of(LinkLayer::kEthernet, ip("127.0.3.8"), 0, &gid, &type));
   EXPECT_EQ(gid_str(gid), "fe80:0000:0000:0000:0000:7fff:fe00:0308");
-  EXPECT_FALSE(gid_of(LinkLayer::kEthernet, ip("127.0.3.8"), 2, &gid, &type));
+  // The device's IPv6 address, fd73:7665:7262::/96 with the IPv4 address, after them.
+  ASSERT_TRUE(gid_of(LinkLayer::kEthernet, ip("127.0.3.8"), 2, &gid, &type));
+  EXPECT_EQ(gid_str(gid), "fd73:7665:7262:0000:0000:0000:7f00:0308");
+  EXPECT_EQ(type, IBV_GID_TYPE_ROCE_V2);
+  in_addr back{};
+  EXPECT_TRUE(ipv4_in_ipv6(gid.raw, &back));
+  EXPECT_EQ(addr_str(back), "127.0.3.8");
+  gid.raw[5] ^= 1;
+  EXPECT_FALSE(ipv4_in_ipv6(gid.raw, &back)) << "another prefix";
+  EXPECT_FALSE(gid_of(LinkLayer::kEthernet, ip("127.0.3.8"), 3, &gid, &type));
   ASSERT_TRUE(gid_of(LinkLayer::kInfiniBand, ip("127.0.3.8"), 0, &gid, &type));
   EXPECT_EQ(type, IBV_GID_TYPE_IB);
   EXPECT_FALSE(gid_of(LinkLayer::kInfiniBand, ip("127.0.3.8"), 1, &gid, &type));
@@ -129,7 +138,10 @@ TEST(DeviceSysfs, FilesOfARoceAndAnInfiniBandDevice) {
   EXPECT_EQ(text("infiniband/r/ports/1/gids/15"), "0000:0000:0000:0000:0000:0000:0000:0000\n");
   EXPECT_EQ(text("infiniband/r/ports/1/gid_attrs/types/1"), "RoCE v2\n");
   EXPECT_EQ(text("infiniband/r/ports/1/gid_attrs/ndevs/1"), "lo\n");
-  EXPECT_FALSE(nodes.count("infiniband/r/ports/1/gid_attrs/types/2"));
+  EXPECT_EQ(text("infiniband/r/ports/1/gids/2"), "fd73:7665:7262:0000:0000:0000:7f00:0308\n");
+  EXPECT_EQ(text("infiniband/r/ports/1/gid_attrs/types/2"), "RoCE v2\n");
+  EXPECT_EQ(text("infiniband/r/ports/1/gid_attrs/ndevs/2"), "lo\n");
+  EXPECT_FALSE(nodes.count("infiniband/r/ports/1/gid_attrs/types/3"));
   EXPECT_EQ(text("infiniband/r/ports/1/pkeys/0"), "0xffff\n");
   ASSERT_TRUE(nodes.count("infiniband/r/device/net/lo"));
   EXPECT_EQ(nodes.at("infiniband/r/device/net/lo").kind, SysfsNode::Kind::kLink);
