@@ -155,6 +155,9 @@ class Qp {
   void send_atomic_ack_locked(uint32_t psn, uint64_t orig);
   void rnr_nak_locked(uint32_t psn);
   bool take_recv_wqe_locked();
+  // The PD receive buffers are checked against: the SRQ's for a QP attached to
+  // one (its WQEs were posted there), else the QP's own.
+  const Pd& recv_pd() const { return srq_ ? srq_->pd() : pd_; }
   void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm, uint32_t imm,
                             bool with_inv, bool solicited);
   void responder_error_locked(const RespErrorRow& e, uint32_t psn);

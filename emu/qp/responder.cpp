@@ -173,7 +173,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
                         pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes);
     }
     std::vector<std::span<uint8_t>> spans;
-    if (!resolve_sges(device(), pd_, resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
+    if (!resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
       status = IBV_WC_LOC_PROT_ERR;
     } else {
       std::vector<uint8_t> whole(grh, grh + (eth ? kGrh : 0));
@@ -437,7 +437,7 @@ RespStep Qp::resp_execute_send_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint64_t plen = pkt.payload.size();
   std::vector<std::span<uint8_t>> spans;
-  if (plen && !resolve_sges(device(), pd_, resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
+  if (plen && !resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
                             IBV_ACCESS_LOCAL_WRITE, spans))
     return RespStep::err_local_protection;
   scatter(spans, pkt.payload);
