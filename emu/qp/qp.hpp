@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 
@@ -155,6 +156,8 @@ class Qp {
   void send_atomic_ack_locked(uint32_t psn, uint64_t orig);
   void rnr_nak_locked(uint32_t psn);
   bool take_recv_wqe_locked();
+  // The length of the receive WQE the next message would take, if one is posted.
+  std::optional<uint64_t> next_recv_length_locked();
   // The PD receive buffers are checked against: the SRQ's for a QP attached to
   // one (its WQEs were posted there), else the QP's own.
   const Pd& recv_pd() const { return srq_ ? srq_->pd() : pd_; }

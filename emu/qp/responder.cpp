@@ -3,6 +3,7 @@
 // resources, length), executes it and answers: ACK, NAK, RNR NAK, read
 // responses, atomic responses. Errors map through one table (kRespErrors).
 #include <cstring>
+#include <optional>
 
 #include "emu/device/caps.hpp"
 #include "emu/memory/sge.hpp"
@@ -30,6 +31,17 @@ void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
   h.bth.psn = psn;
   h.aeth = aeth;
   transmit_locked(h, {});
+}
+
+std::optional<uint64_t> Qp::next_recv_length_locked() {
+  if (resp_.rcv.active) return resp_.rcv.wqe.total_length;
+  if (srq_) {
+    std::lock_guard lock(srq_->mu);
+    if (srq_->rq.empty()) return std::nullopt;
+    return srq_->rq.front().total_length;
+  }
+  if (rq_.empty()) return std::nullopt;
+  return rq_.front().total_length;
 }
 
 bool Qp::take_recv_wqe_locked() {
@@ -152,14 +164,19 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   // SEND with no receive WQE posted, is dropped silently: UD has no responses.
   auto dropped = [this] { device().counters().rx_dropped.fetch_add(1, std::memory_order_relaxed); };
   if (pkt.op->transport != Transport::ud || pkt.deth.qkey != attr_.qkey) return dropped();
-  std::shared_lock mr_lock(device().mr_lock());
-  if (!take_recv_wqe_locked()) return dropped();
   constexpr uint32_t kGrh = 40;
   const uint64_t need = kGrh + pkt.payload.size();
+  // A datagram larger than the next receive WQE is discarded like one that
+  // finds no WQE, and the WQE stays posted for the next datagram: the UD
+  // responder reports nothing it cannot deliver (IBTA 9.8.4), as ConnectX.
+  const std::optional<uint64_t> room = next_recv_length_locked();
+  if (!room || need > *room) return dropped();
+  std::shared_lock mr_lock(device().mr_lock());
+  // (Another QP of the SRQ may have taken that WQE meanwhile: one that does not
+  // fit either stays with this QP, for its next datagram.)
+  if (!take_recv_wqe_locked() || need > resp_.rcv.wqe.total_length) return dropped();
   ibv_wc_status status = IBV_WC_SUCCESS;
-  if (need > resp_.rcv.wqe.total_length) {
-    status = IBV_WC_LOC_LEN_ERR;
-  } else {
+  {
     // The GRH area: on RoCEv2 over IPv4 its last 20 bytes are the IPv4 header the
     // packet arrived with (rdma-core's ibv_init_ah_from_wc reads it from there);
     // on an InfiniBand port there is no GRH on the emulated wire and the area is
