@@ -376,10 +376,18 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
     case OpClass::rdma_write:
       if (r.op.starts_message()) {
         resp_.wr = ResponderState::Writing{pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len, pkt.reth.dma_len};
-        if (pkt.reth.dma_len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
-        if (pkt.reth.dma_len && !check_rkey(device(), pd_, attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va,
-                                            resp_.wr.total, IBV_ACCESS_REMOTE_WRITE))
-          return RespStep::err_remote_access;
+        RespStep err = RespStep::check_resources;
+        if (pkt.reth.dma_len > caps::kMaxMsgSz) {
+          err = RespStep::err_invalid_request;
+        } else if (pkt.reth.dma_len && !check_rkey(device(), pd_, attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va,
+                                                   resp_.wr.total, IBV_ACCESS_REMOTE_WRITE)) {
+          err = RespStep::err_remote_access;
+        }
+        // An RDMA WRITE ONLY with immediate that fails consumes its receive WQE,
+        // which completes with the error's status (the rest are flushed), as in
+        // rxe, whose responder takes the WQE before it checks the R_Key.
+        if (err != RespStep::check_resources && r.op.needs_recv_wqe) take_recv_wqe_locked();
+        return err;
       }
       return RespStep::check_resources;
     case OpClass::rdma_read_request: {

@@ -95,5 +95,32 @@ TEST_P(EngineTest, SrqReceiveBuffersBelongToTheSrqsPd) {
   a.reset();
   b.reset();
 }
+
+// An RDMA WRITE with immediate whose R_Key the responder refuses consumes the
+// receive WQE it would have completed: that WQE completes with
+// IBV_WC_REM_ACCESS_ERR, the ones behind it are flushed (rxe's responder takes
+// the WQE before it checks the R_Key and completes it with that status).
+TEST_P(EngineTest, WriteWithImmAndBadRkeyConsumesItsReceiveWqeRc) {
+  PairOptions o{.type = IBV_QPT_RC};
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(o, &p));
+  ASSERT_NO_FATAL_FAILURE(post_recvs(p.b.qp.get(), 40, 2));
+  ibv_sge s = src_.sge(0, 64);
+  ibv_send_wr w = send_wr(1, IBV_WR_RDMA_WRITE_WITH_IMM, &s, 1);
+  w.imm_data = htonl(0x1234);
+  w.wr.rdma.remote_addr = dst_.addr(8192);
+  w.wr.rdma.rkey = dst_.rkey() ^ 0x80;  // another key variant: names no region
+  ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w));
+  std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  check_wc(wc[0], WcExpect::error(1, IBV_WC_REM_ACCESS_ERR, p.a.qpn()));
+  wc = expect_wcs(p.b.rcq.get(), 2);
+  ASSERT_EQ(wc.size(), 2u);
+  check_wc(wc[0], WcExpect::error(40, IBV_WC_REM_ACCESS_ERR, p.b.qpn()));
+  check_wc(wc[1], WcExpect::error(41, IBV_WC_WR_FLUSH_ERR, p.b.qpn()));
+  EXPECT_EQ(query_state(p.b.qp.get()), IBV_QPS_ERR);
+  expect_qp_async_event(p.b.qp.get(), {IBV_EVENT_QP_ACCESS_ERR});
+  EXPECT_EQ(first_byte_not(dst_.data(), dst_.size(), kFill), -1) << "the target region was modified";
+}
 }  // namespace
 }  // namespace conformance
