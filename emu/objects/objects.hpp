@@ -375,6 +375,9 @@ class Cq {
   // The fault layer's delayed completion: pushed after delay_us.
   void push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us);
   int poll(int n, ibv_wc* wc);
+  // Removes every completion of the QP numbered qpn, queued or delayed, keeping
+  // the others in order: what a QP's reset or destruction does to its CQs.
+  void clean(uint32_t qpn);
   int arm(int solicited_only);
   int resize(int cqe);
   size_t outstanding();

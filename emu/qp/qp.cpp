@@ -139,6 +139,9 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
   if (next == IBV_QPS_RESET) {
     // Reset discards every outstanding work request without a completion and
     // returns the attributes to their initial values (IBTA 10.3.1 QP states).
+    // Like mlx5, it also removes the QP's completions not yet polled (flushes
+    // of an earlier error included) from its CQs.
+    clean_cqs_locked();
     sq_.clear();
     rq_.clear();
     resp_.rcv = ResponderState::Receiving{};
@@ -355,6 +358,13 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
 
 void Qp::shutdown() {
   if (timer_) timer_->detach();
+  std::lock_guard lock(mu_);
+  clean_cqs_locked();
+}
+
+void Qp::clean_cqs_locked() {
+  send_cq_->clean(qpn());
+  if (recv_cq_ != send_cq_) recv_cq_->clean(qpn());
 }
 
 void Qp::enter_error_locked() {

@@ -62,7 +62,8 @@ class Qp {
   // receive path. `dst` is the multicast group a UD packet was sent to (its IP
   // destination), or 0 for a packet to this device's address.
   void receive(const wire::PacketView& pkt, in_addr src, in_addr dst = in_addr{});
-  // Detaches the engine's timer; the QP is about to be destroyed.
+  // Detaches the engine's timer and removes the QP's completions from its CQs;
+  // the QP is about to be destroyed.
   void shutdown();
   // Answers a request as if the responder had refused it (the fault layer's nak).
   void forge_nak(uint32_t psn, uint8_t syndrome);
@@ -78,6 +79,8 @@ class Qp {
 
   // ---- shared by the roles -------------------------------------------------
   void flush_locked();
+  // Removes the QP's completions from its send and receive CQs (reset, destroy).
+  void clean_cqs_locked();
   // Moves the QP to the error state and flushes it (and raises LAST_WQE_REACHED
   // for an SRQ QP).
   void enter_error_locked();

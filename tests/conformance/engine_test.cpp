@@ -5,6 +5,7 @@
 // ConnectX's (mlx5), or rxe's where both agree.
 #include <arpa/inet.h>
 
+#include <chrono>
 
 #include "datapath.hpp"
 
@@ -34,6 +35,47 @@ class EngineTest : public DataPathTest {
       ibv_sge s = dst_.sge(offset + len * static_cast<size_t>(i), len);
       ASSERT_NO_FATAL_FAILURE(post_recv_ok(qp, first + static_cast<uint64_t>(i), &s, 1));
     }
+  }
+
+  // Waits (bounded) until qp reaches `state`, without polling its CQs.
+  bool wait_state(ibv_qp* qp, ibv_qp_state state) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCompletionTimeoutMs);
+    while (query_state(qp) != state) {
+      if (std::chrono::steady_clock::now() > end) return false;
+    }
+    return true;
+  }
+
+  // A UD QP in RTS on the given CQs that sends datagrams to itself: its
+  // completions mark the place of another QP's on shared CQs.
+  Qp make_marker(ibv_cq* scq, ibv_cq* rcq) {
+    ibv_qp_init_attr init = qp_init_attr(IBV_QPT_UD, scq);
+    init.recv_cq = rcq;
+    Qp qp = make_qp(init);
+    if (qp) {
+      EXPECT_EQ(move_to(qp.get(), IBV_QPS_RTS), 0);
+    }
+    return qp;
+  }
+  // One datagram of the marker QP to itself: wr_id on the send CQ and on the
+  // receive CQ (which has the completion channel ch). Returns once the receive
+  // completion is queued, without polling it: it raises the armed CQ's event.
+  void mark(ibv_qp* qp, ibv_ah* ah, ibv_comp_channel* ch, uint64_t wr_id) {
+    ASSERT_EQ(ibv_req_notify_cq(qp->recv_cq, 0), 0);
+    ibv_sge rs = dst_.sge(32768 + 128 * (wr_id % 64), 128);
+    ASSERT_NO_FATAL_FAILURE(post_recv_ok(qp, wr_id, &rs, 1));
+    ibv_sge s = src_.sge(0, 16);
+    ibv_send_wr w = send_wr(wr_id, IBV_WR_SEND, &s, 1);
+    w.wr.ud.ah = ah;
+    w.wr.ud.remote_qpn = qp->qp_num;
+    w.wr.ud.remote_qkey = 0x11111111;  // valid_attr()'s
+    ASSERT_NO_FATAL_FAILURE(post_send_ok(qp, &w));
+    ASSERT_TRUE(wait_readable(ch->fd, kCompletionTimeoutMs)) << "no completion event";
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(ch, &cq, &cq_context), 0);
+    ibv_ack_cq_events(cq, 1);
+    ASSERT_EQ(cq, qp->recv_cq);
   }
 
   Region src_;
@@ -121,6 +163,65 @@ TEST_P(EngineTest, WriteWithImmAndBadRkeyConsumesItsReceiveWqeRc) {
   EXPECT_EQ(query_state(p.b.qp.get()), IBV_QPS_ERR);
   expect_qp_async_event(p.b.qp.get(), {IBV_EVENT_QP_ACCESS_ERR});
   EXPECT_EQ(first_byte_not(dst_.data(), dst_.size(), kFill), -1) << "the target region was modified";
+}
+
+// Moving a QP to RESET removes its completions from its CQs, flushes of an
+// earlier error included, and so does destroying it; the completions of other
+// QPs on the same CQs stay, in order (mlx5 cleans the CQs on both paths).
+TEST_P(EngineTest, ResetAndDestroyRemoveTheQpsCompletionsFromItsCqs) {
+  Channel ch(ibv_create_comp_channel(ctx_));
+  ASSERT_TRUE(ch);
+  PairOptions o{.type = IBV_QPT_RC, .rnr_retry = 0, .channel = ch.get()};
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(o, &p));
+  ibv_ah_attr ah_attr = loopback_ah_attr();
+  Ah ah(ibv_create_ah(pd_, &ah_attr));
+  ASSERT_TRUE(ah) << std::strerror(errno);
+  Qp marker = make_marker(p.a.scq.get(), p.a.rcq.get());
+  ASSERT_TRUE(marker);
+
+  ASSERT_NO_FATAL_FAILURE(mark(marker.get(), ah.get(), ch.get(), 100));
+  // A's send finds no receive at B: RNR with no retry, A goes to ERR and its
+  // receives are flushed.
+  ASSERT_NO_FATAL_FAILURE(post_recvs(p.a.qp.get(), 10, 2));
+  ibv_sge s = src_.sge(0, 32);
+  ibv_send_wr w = send_wr(1, IBV_WR_SEND, &s, 1);
+  ibv_send_wr w2 = send_wr(2, IBV_WR_SEND, &s, 1);
+  w.next = &w2;
+  ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w));
+  ASSERT_TRUE(wait_state(p.a.qp.get(), IBV_QPS_ERR));
+  ASSERT_NO_FATAL_FAILURE(mark(marker.get(), ah.get(), ch.get(), 101));
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RESET;
+  std::vector<ibv_wc> wc;
+  ASSERT_EQ(ibv_modify_qp(p.a.qp.get(), &a, IBV_QP_STATE), 0);
+  wc = expect_wcs(p.a.scq.get(), 2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) check_wc(wc[i], WcExpect(100 + i, IBV_WC_SEND, marker->qp_num));
+  wc = expect_wcs(p.a.rcq.get(), 2);
+  ASSERT_EQ(wc.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) check_wc(wc[i], WcExpect(100 + i, IBV_WC_RECV, marker->qp_num));
+  expect_no_wc(p.a.scq.get(), 0);
+  expect_no_wc(p.a.rcq.get(), 0);
+
+  // Up again: only new completions. Then a completion of A's is followed by
+  // the marker's, and destroying the marker removes its.
+  ASSERT_EQ(ibv_modify_qp(p.b.qp.get(), &a, IBV_QP_STATE), 0);
+  o.psn_a = 0x300000;
+  o.psn_b = 0x400000;
+  ASSERT_NO_FATAL_FAILURE(connect(p.a, p.b.qpn(), o, true));
+  ASSERT_NO_FATAL_FAILURE(connect(p.b, p.a.qpn(), o, false));
+  ASSERT_NO_FATAL_FAILURE(post_recvs(p.b.qp.get(), 20, 1, 4096));
+  ibv_send_wr w3 = send_wr(3, IBV_WR_SEND, &s, 1);
+  ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w3));
+  ASSERT_EQ(expect_wcs(p.b.rcq.get(), 1).size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(mark(marker.get(), ah.get(), ch.get(), 103));
+  ASSERT_EQ(marker.destroy(), 0);
+  wc = expect_wcs(p.a.scq.get(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  check_wc(wc[0], WcExpect(3, IBV_WC_SEND, p.a.qpn()));
+  expect_no_wc(p.a.scq.get(), 0);
+  expect_no_wc(p.a.rcq.get(), 0);
 }
 }  // namespace
 }  // namespace conformance
