@@ -49,6 +49,9 @@ constexpr std::array kTable = {
              false},
     Variable{Var::kCmMaxRetries, "SOFTVERBS_CM_MAX_RETRIES", "how often the emulated CM resends an unanswered MAD",
              "15", kLibrary, false},
+    Variable{Var::kPostBeforeRts, "SOFTVERBS_POST_BEFORE_RTS",
+             "posting to a QP before RTS: queue (as ConnectX) or refuse (EINVAL, as the IBTA and rxe)",
+             "queue", kLibrary, false},
 };
 
 // kTable is indexed by Var.

@@ -33,6 +33,7 @@ enum class Var {
   kSysfsPath,
   kCmResponseTimeout,
   kCmMaxRetries,
+  kPostBeforeRts,
 };
 
 struct Variable {
@@ -68,5 +69,6 @@ inline const char* fault_log() noexcept { return raw(Var::kFaultLog); }
 inline const char* sysfs_path() noexcept { return raw(Var::kSysfsPath); }
 inline const char* cm_response_timeout() noexcept { return raw(Var::kCmResponseTimeout); }
 inline const char* cm_max_retries() noexcept { return raw(Var::kCmMaxRetries); }
+inline const char* post_before_rts() noexcept { return raw(Var::kPostBeforeRts); }
 
 }  // namespace softverbs::env

@@ -2,7 +2,11 @@
 // the roles), query, posting work requests, and flushing them in the error state.
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
+#include "core/env.hpp"
+#include "core/log.hpp"
 #include "emu/device/caps.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/device/fault_actions.hpp"
@@ -40,6 +44,24 @@ QpAttrLimits limits_of(const Device& dev) {
 
 }  // namespace
 
+std::optional<EarlyPost> parse_early_post(const char* text) {
+  const std::string_view v = text ? text : "";
+  if (v == "queue") return EarlyPost::queue;
+  if (v == "refuse") return EarlyPost::refuse;
+  return std::nullopt;
+}
+
+EarlyPost early_post_policy() {
+  static const EarlyPost policy = [] {
+    const char* text = env::post_before_rts();
+    if (!text) return EarlyPost::queue;
+    const std::optional<EarlyPost> p = parse_early_post(text);
+    if (!p) SV_LOG(kError, "SOFTVERBS_POST_BEFORE_RTS=%s: expected queue or refuse; using queue", text);
+    return p.value_or(EarlyPost::queue);
+  }();
+  return policy;
+}
+
 Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
     : pd_(pd),
       type_(attr.qp_type),
@@ -47,6 +69,7 @@ Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
       recv_cq_(Cq::from(attr.recv_cq)),
       srq_(attr.srq ? Srq::from(attr.srq) : nullptr),
       sq_sig_all_(attr.sq_sig_all != 0),
+      early_post_(early_post_policy()),
       cap_(attr.cap),
       sq_(attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_inline_data),
       rq_(attr.srq ? 0 : attr.cap.max_recv_wr, attr.srq ? 0 : attr.cap.max_recv_sge) {
@@ -221,8 +244,9 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return fail_errno;
     }
-    // A QP attached to an SRQ has no receive queue of its own.
-    if (srq_ || state == IBV_QPS_RESET) {
+    // A QP attached to an SRQ has no receive queue of its own. One in RESET
+    // keeps the receive for later unless posts before RTS are refused.
+    if (srq_ || (state == IBV_QPS_RESET && early_post_ == EarlyPost::refuse)) {
       *bad_wr = wr;
       return EINVAL;
     }
@@ -255,7 +279,10 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = fail_errno;
       break;
     }
-    if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
+    // Before RTS the work request waits in the queue (the RTR->RTS transition
+    // starts the requester), unless posts before RTS are refused.
+    if ((state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) &&
+        early_post_ == EarlyPost::refuse) {
       *bad_wr = wr;
       rc = EINVAL;
       break;

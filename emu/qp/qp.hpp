@@ -27,6 +27,18 @@
 
 namespace softverbs::emu {
 
+// What ibv_post_send/ibv_post_recv do with a QP that cannot execute the work
+// request yet (SOFTVERBS_POST_BEFORE_RTS, docs/configuration.md): queue it, as
+// ConnectX (mlx5 never looks at the QP state when posting; the WQEs wait in the
+// queue until the QP reaches RTS), or refuse it with EINVAL, as the IBTA's
+// C10-97.2.1 and rxe do (receives in RESET; sends in RESET, INIT and RTR).
+enum class EarlyPost { queue, refuse };
+// The value's meaning: "queue", "refuse"; nullopt for anything else.
+std::optional<EarlyPost> parse_early_post(const char* text);
+// The process's choice, read at the first QP creation (an unset or bad value
+// means queue; a bad one is reported).
+EarlyPost early_post_policy();
+
 
 class Qp {
  public:
@@ -179,6 +191,7 @@ class Qp {
   Cq* recv_cq_;
   Srq* srq_;
   bool sq_sig_all_;
+  EarlyPost early_post_;
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};
 

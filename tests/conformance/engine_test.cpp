@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "datapath.hpp"
+#include "tests/support/connect.hpp"
 
 namespace conformance {
 namespace {
@@ -222,6 +223,56 @@ TEST_P(EngineTest, ResetAndDestroyRemoveTheQpsCompletionsFromItsCqs) {
   check_wc(wc[0], WcExpect(3, IBV_WC_SEND, p.a.qpn()));
   expect_no_wc(p.a.scq.get(), 0);
   expect_no_wc(p.a.rcq.get(), 0);
+}
+
+// ConnectX accepts work requests on a QP that cannot execute them yet (mlx5
+// does not look at the QP state when posting): a receive posted in RESET or
+// INIT and sends posted in RESET, INIT and RTR wait in their queues, and the
+// sends go out in order once the QP reaches RTS. (SOFTVERBS_POST_BEFORE_RTS=
+// refuse makes an emulated device answer EINVAL instead, as rxe does.)
+TEST_P(EngineTest, WorkRequestsPostedBeforeRtsRunAtRtsRc) {
+  PairOptions o{.type = IBV_QPT_RC};
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_endpoint(o, &p.a));
+  ASSERT_NO_FATAL_FAILURE(make_endpoint(o, &p.b));
+  namespace tk = softverbs::testkit;
+  tk::QpPath pa;
+  pa.port = kPort;
+  pa.path_mtu = active_mtu();
+  pa.rq_psn = o.psn_b;
+  pa.sq_psn = o.psn_a;
+  tk::QpPath pb = pa;
+  pb.rq_psn = o.psn_a;
+  pb.sq_psn = o.psn_b;
+  const ibv_ah_attr ah = loopback_ah_attr();
+
+  ibv_sge s[3] = {src_.sge(0, 32), src_.sge(64, 32), src_.sge(128, 32)};
+  ibv_send_wr w[3] = {send_wr(1, IBV_WR_SEND, &s[0], 1), send_wr(2, IBV_WR_SEND, &s[1], 1),
+                      send_wr(3, IBV_WR_SEND, &s[2], 1)};
+  ibv_send_wr* bad = nullptr;
+  // B: one receive in RESET, two in INIT.
+  ASSERT_NO_FATAL_FAILURE(post_recvs(p.b.qp.get(), 10, 1, 0));
+  ASSERT_EQ(tk::modify_to_init(p.b.qp.get(), pb), 0);
+  ASSERT_NO_FATAL_FAILURE(post_recvs(p.b.qp.get(), 11, 2, 256));
+  ASSERT_EQ(tk::modify_to_rtr(p.b.qp.get(), p.a.qpn(), ah, pb), 0);
+  ASSERT_EQ(tk::modify_to_rts(p.b.qp.get(), pb), 0);
+  // A: one send in each state before RTS.
+  EXPECT_EQ(ibv_post_send(p.a.qp.get(), &w[0], &bad), 0) << "RESET";
+  ASSERT_EQ(tk::modify_to_init(p.a.qp.get(), pa), 0);
+  EXPECT_EQ(ibv_post_send(p.a.qp.get(), &w[1], &bad), 0) << "INIT";
+  ASSERT_EQ(tk::modify_to_rtr(p.a.qp.get(), p.b.qpn(), ah, pa), 0);
+  EXPECT_EQ(ibv_post_send(p.a.qp.get(), &w[2], &bad), 0) << "RTR";
+  expect_no_wc(p.a.scq.get());
+  expect_no_wc(p.b.rcq.get(), 0);
+  ASSERT_EQ(tk::modify_to_rts(p.a.qp.get(), pa), 0);
+  std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 3);
+  ASSERT_EQ(wc.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) check_wc(wc[i], WcExpect(1 + i, IBV_WC_SEND, p.a.qpn()));
+  wc = expect_wcs(p.b.rcq.get(), 3);
+  ASSERT_EQ(wc.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) check_wc(wc[i], WcExpect(10 + i, IBV_WC_RECV, p.b.qpn()).len(32));
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(std::memcmp(dst_.data() + 256 * i, src_.data() + 64 * i, 32), 0) << "message " << i;
 }
 }  // namespace
 }  // namespace conformance
