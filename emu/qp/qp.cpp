@@ -18,22 +18,6 @@
 namespace softverbs::emu {
 namespace {
 
-bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
-  switch (type) {
-    case IBV_QPT_RC:
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
-             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-             op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-    case IBV_QPT_UC:
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-             op == IBV_WR_RDMA_WRITE_WITH_IMM;
-    case IBV_QPT_UD:
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-    default:
-      return false;
-  }
-}
-
 QpAttrLimits limits_of(const Device& dev) {
   ibv_device_attr da;
   ibv_port_attr pa;
@@ -287,7 +271,10 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = EINVAL;
       break;
     }
-    if (!opcode_valid_for(type_, wr->opcode)) {
+    // An opcode of another service is posted (mlx5 does not check it) and
+    // fails when the requester reaches it (send_next_packet_locked); only
+    // opcodes no emulated service has are refused here.
+    if (!opcode_valid_for(IBV_QPT_RC, wr->opcode)) {
       *bad_wr = wr;
       rc = EINVAL;
       break;
@@ -305,11 +292,12 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = EINVAL;
       break;
     }
-    // A datagram needs an address handle of this QP's PD, and one emulated devices
-    // can reach.
+    // A datagram needs an address handle emulated devices can reach. Its PD is
+    // not checked: ConnectX copies the address vector into the WQE and sends
+    // through an address handle of any PD of the context.
     in_addr ud_dest{};
-    if (type_ == IBV_QPT_UD && (!wr->wr.ud.ah || wr->wr.ud.ah->pd != pd_.ibv() ||
-                                !resolve_av(device(), Ah::from(wr->wr.ud.ah)->attr(), &ud_dest))) {
+    if (type_ == IBV_QPT_UD &&
+        (!wr->wr.ud.ah || !resolve_av(device(), Ah::from(wr->wr.ud.ah)->attr(), &ud_dest))) {
       *bad_wr = wr;
       rc = EINVAL;
       break;

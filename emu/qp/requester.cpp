@@ -165,6 +165,13 @@ bool Qp::send_ud_locked() {
 
 bool Qp::send_next_packet_locked() {
   if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
+  if (!opcode_valid_for(type_, sq_.at(req_.tx_index).opcode)) {
+    // An opcode the QP's service does not have (an RDMA READ on UC, an RDMA
+    // WRITE on UD, ...) was posted, as ConnectX lets it be: it completes with a
+    // local QP operation error and the QP goes to the error state, as there.
+    fail_send_locked(&sq_.at(req_.tx_index), IBV_WC_LOC_QP_OP_ERR);
+    return false;
+  }
   if (type_ == IBV_QPT_UD) return send_ud_locked();
   const bool uc = type_ == IBV_QPT_UC;
   if (!uc && static_cast<uint32_t>(psn_diff(req_.psn, comp_.unacked_psn)) >= kWindow) return false;

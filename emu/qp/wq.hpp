@@ -54,6 +54,23 @@ inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
   return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
 }
 
+// Whether a QP of this type can execute a send work request of this opcode.
+inline bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (type) {
+    case IBV_QPT_RC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+             op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+    case IBV_QPT_UC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM;
+    case IBV_QPT_UD:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    default:
+      return false;
+  }
+}
+
 // The completion opcode of a send work request.
 inline ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
   switch (op) {
