@@ -274,5 +274,41 @@ TEST_P(EngineTest, WorkRequestsPostedBeforeRtsRunAtRtsRc) {
   for (size_t i = 0; i < 3; ++i)
     EXPECT_EQ(std::memcmp(dst_.data() + 256 * i, src_.data() + 64 * i, 32), 0) << "message " << i;
 }
+
+// ibv_rereg_mr(IBV_REREG_MR_CHANGE_TRANSLATION) moves a region while a receive
+// WQE still points into its old range: the WQE's SGE is no longer inside the
+// region, so the SEND that takes it fails as for any bad receive lkey, with
+// IBV_WC_REM_OP_ERR at the requester and IBV_WC_LOC_PROT_ERR at the responder
+// (ConnectX), and neither the old nor the new memory is written.
+TEST_P(EngineTest, ReceiveIntoTheOldRangeOfAReregisteredRegionRc) {
+  PairOptions o{.type = IBV_QPT_RC};
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(o, &p));
+  Region r;
+  ASSERT_NO_FATAL_FAILURE(make_region(16 * 1024, kAllAccess, &r));
+  std::memset(r.data(), kFill, r.size());
+  ibv_sge rs = r.sge(0, 256);
+  ASSERT_NO_FATAL_FAILURE(post_recv_ok(p.b.qp.get(), 50, &rs, 1));
+  Buffer moved(16 * 1024);
+  std::memset(moved.data(), kFill, moved.size());
+  ASSERT_EQ(ibv_rereg_mr(r.mr.get(), IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, moved.data(), moved.size(), 0), 0)
+      << std::strerror(errno);
+  ibv_sge s = src_.sge(0, 64);
+  ibv_send_wr w = send_wr(1, IBV_WR_SEND, &s, 1);
+  ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w));
+  std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  check_wc(wc[0], WcExpect::error(1, IBV_WC_REM_OP_ERR, p.a.qpn()));
+  wc = expect_wcs(p.b.rcq.get(), 1);
+  ASSERT_EQ(wc.size(), 1u);
+  check_wc(wc[0], WcExpect::error(50, IBV_WC_LOC_PROT_ERR, p.b.qpn()));
+  EXPECT_EQ(query_state(p.b.qp.get()), IBV_QPS_ERR);
+  allow_qp_async_event(p.b.qp.get(), {IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR});
+  EXPECT_EQ(first_byte_not(r.data(), r.size(), kFill), -1) << "the old range was written";
+  EXPECT_EQ(first_byte_not(moved.data(), moved.size(), kFill), -1) << "the new range was written";
+  p.reset();
+  r = Region{};
+}
+
 }  // namespace
 }  // namespace conformance
