@@ -310,5 +310,35 @@ TEST_P(EngineTest, ReceiveIntoTheOldRangeOfAReregisteredRegionRc) {
   r = Region{};
 }
 
+// A request to a QP in RESET, INIT or ERR gets no answer: such a QP drops what
+// it receives (IBTA 10.3.1; ConnectX answers nothing either, the usual
+// IBV_WC_RETRY_EXC_ERR of a peer whose QP failed), so the requester fails with
+// IBV_WC_RETRY_EXC_ERR once its retries are spent, never with a NAK's status.
+TEST_P(EngineTest, RequestsToAQpThatCannotReceiveRunOutOfRetriesRc) {
+  for (ibv_qp_state target : {IBV_QPS_ERR, IBV_QPS_RESET, IBV_QPS_INIT}) {
+    SCOPED_TRACE(qp_state_name(target));
+    PairOptions o{.type = IBV_QPT_RC, .retry_cnt = 1, .timeout = 8};  // ~1 ms
+    Pair p;
+    ASSERT_NO_FATAL_FAILURE(make_pair(o, &p));
+    ibv_qp_attr a{};
+    a.qp_state = target == IBV_QPS_ERR ? IBV_QPS_ERR : IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(p.b.qp.get(), &a, IBV_QP_STATE), 0);
+    if (target == IBV_QPS_INIT) {
+      softverbs::testkit::QpPath pb;
+      pb.port = kPort;
+      ASSERT_EQ(softverbs::testkit::modify_to_init(p.b.qp.get(), pb), 0);
+    }
+    // B's receive CQ gets nothing but, in ERR, the flush of this WQE.
+    ibv_sge s = src_.sge(0, 32);
+    ibv_send_wr w = send_wr(1, IBV_WR_SEND, &s, 1);
+    ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w));
+    std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 1);
+    ASSERT_EQ(wc.size(), 1u);
+    check_wc(wc[0], WcExpect::error(1, IBV_WC_RETRY_EXC_ERR, p.a.qpn()));
+    EXPECT_EQ(query_state(p.b.qp.get()), target);
+    p.reset();
+  }
+}
+
 }  // namespace
 }  // namespace conformance
