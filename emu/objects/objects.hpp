@@ -129,8 +129,9 @@ class Device final : private fabric::PacketSink {
   // The ICRC flow of packets this device sends to dst (and receives from it).
   wire::Ipv4Flow flow(in_addr src, in_addr dst) const;
   // Sends one packet (BTH..ICRC) through the link (a device of this process
-  // gets it through its local queue, with the same packet semantics).
-  void transmit(in_addr dst, std::span<const uint8_t> packet);
+  // gets it through its local queue, with the same packet semantics), with
+  // IPv4 TOS byte tos: the traffic class of the QP's path or address handle.
+  void transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);

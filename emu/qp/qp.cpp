@@ -355,6 +355,8 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
     wqe.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
     wqe.remote_qkey = wr.wr.ud.remote_qkey;
     wqe.ud_dest = ud_dest.s_addr;
+    const ibv_ah_attr& av = Ah::from(wr.wr.ud.ah)->attr();
+    wqe.ud_tclass = av.is_global ? av.grh.traffic_class : 0;
   }
   if (is_inline) {
     // Inline data is copied at post time: the buffer may be reused at once.

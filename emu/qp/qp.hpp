@@ -108,9 +108,11 @@ class Qp {
   void arm_timer_locked();
   void on_timer();
   // wire
+  // To the connected peer, with the traffic class of the QP's path.
   void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  // To dest, with IPv4 TOS byte tos (RoCEv2 carries the GRH traffic class there).
   void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
-                          std::span<const std::span<const uint8_t>> payload);
+                          std::span<const std::span<const uint8_t>> payload, uint8_t tos);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
 

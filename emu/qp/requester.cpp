@@ -38,15 +38,18 @@ bool is_read_or_atomic(ibv_wr_opcode op) {
 }  // namespace
 
 void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
-  transmit_to_locked(dest_addr_, h, payload);
+  // Requests and responses alike carry the path's traffic class.
+  const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
+  transmit_to_locked(dest_addr_, h, payload, tclass);
 }
 
-void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
+                            uint8_t tos) {
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
   Device& dev = device();
   const IcrcFlow flow{dev.flow(dev.addr(), dest)};
   size_t n = build(h, payload, buf, &flow);
-  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n));
+  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n), tos);
 }
 
 bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
@@ -154,7 +157,7 @@ bool Qp::send_ud_locked() {
   }
   in_addr dest{};
   dest.s_addr = w.ud_dest;
-  transmit_to_locked(dest, h, payload);
+  transmit_to_locked(dest, h, payload, w.ud_tclass);
   mr_lock.unlock();
   req_.psn = psn_add(req_.psn, 1);
   w.started = w.sent = w.acked = true;

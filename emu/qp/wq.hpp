@@ -38,6 +38,7 @@ struct SendWqe {
   uint32_t remote_qpn = 0;   // UD
   uint32_t remote_qkey = 0;  // UD
   uint32_t ud_dest = 0;      // UD: the address the AH resolved to at post time (network order)
+  uint8_t ud_tclass = 0;     // UD: the AH's traffic class, the datagram's IPv4 TOS
   bool is_inline = false;    // payload copied into the queue at post time
 
   // Transmission state, owned by the requester and completer.
