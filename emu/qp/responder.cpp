@@ -167,8 +167,9 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   constexpr uint32_t kGrh = 40;
   const uint64_t need = kGrh + pkt.payload.size();
   // A datagram larger than the next receive WQE is discarded like one that
-  // finds no WQE, and the WQE stays posted for the next datagram: the UD
-  // responder reports nothing it cannot deliver (IBTA 9.8.4), as ConnectX.
+  // finds no WQE, and the WQE stays posted for the next datagram: a length
+  // error of a UD responder is of the IBTA's class D (silently dropped; rxe
+  // classifies it so too), as on ConnectX.
   const std::optional<uint64_t> room = next_recv_length_locked();
   if (!room || need > *room) return dropped();
   std::shared_lock mr_lock(device().mr_lock());
