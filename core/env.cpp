@@ -52,6 +52,9 @@ constexpr std::array kTable = {
     Variable{Var::kVendorPartId, "SOFTVERBS_VENDOR_PART_ID",
              "vendor_part_id every emulated device reports (tools such as perftest choose their post API by it)",
              "21334 (0x5356, no adapter's id)", kLibrary, false},
+    Variable{Var::kPostBeforeRts, "SOFTVERBS_POST_BEFORE_RTS",
+             "posting to a QP before RTS: queue (as ConnectX) or refuse (EINVAL, as the IBTA and rxe)",
+             "queue", kLibrary, false},
 };
 
 // kTable is indexed by Var.

@@ -34,6 +34,7 @@ enum class Var {
   kCmResponseTimeout,
   kCmMaxRetries,
   kVendorPartId,
+  kPostBeforeRts,
 };
 
 struct Variable {
@@ -70,5 +71,6 @@ inline const char* sysfs_path() noexcept { return raw(Var::kSysfsPath); }
 inline const char* cm_response_timeout() noexcept { return raw(Var::kCmResponseTimeout); }
 inline const char* cm_max_retries() noexcept { return raw(Var::kCmMaxRetries); }
 inline const char* vendor_part_id() noexcept { return raw(Var::kVendorPartId); }
+inline const char* post_before_rts() noexcept { return raw(Var::kPostBeforeRts); }
 
 }  // namespace softverbs::env

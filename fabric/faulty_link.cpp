@@ -23,7 +23,7 @@ void FaultyLink::attach(Receiver& receiver) {
 
 // ---- the way out ----------------------------------------------------------
 
-void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet) {
+void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   if (filter_.active()) {
     wire::PacketView view;
     if (wire::parse(packet, view) == wire::ParseError::ok) {
@@ -35,28 +35,28 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet) {
             return;
           case faults::FaultAction::duplicate:
             counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
-            inner_.send(dst, packet);
+            inner_.send(dst, packet, tos);
             break;
           case faults::FaultAction::corrupt: {
             // One flipped bit in the middle of the packet: the ICRC no longer matches.
             counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
             std::vector<uint8_t> bad(packet.begin(), packet.end());
             bad[bad.size() / 2] ^= 0x10;
-            inner_.send(dst, bad);
+            inner_.send(dst, bad, tos);
             return;
           }
           case faults::FaultAction::delay:
             counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
             scheduler_.after(std::chrono::microseconds(d.delay_us),
-                             [this, dst, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] {
-                               inner_.send(dst, bytes);
+                             [this, dst, tos, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] {
+                               inner_.send(dst, bytes, tos);
                              });
             return;
           case faults::FaultAction::reorder: {
             counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
             std::lock_guard lock(held_mu_);
             if (!held_tx_) {
-              held_tx_.emplace(dst, std::vector<uint8_t>(packet.begin(), packet.end()));
+              held_tx_ = Held{dst, std::vector<uint8_t>(packet.begin(), packet.end()), tos};
               has_held_tx_.store(true, std::memory_order_release);
               // It goes out after the next packet, or after a short while if none follows.
               scheduler_.after(kReorderHold, [this] { send_held(); });
@@ -70,18 +70,18 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet) {
       }
     }
   }
-  inner_.send(dst, packet);
+  inner_.send(dst, packet, tos);
   if (has_held_tx_.load(std::memory_order_acquire)) send_held();
 }
 
 void FaultyLink::send_held() {
-  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held;
+  std::optional<Held> held;
   {
     std::lock_guard lock(held_mu_);
     held.swap(held_tx_);
     has_held_tx_.store(false, std::memory_order_relaxed);
   }
-  if (held) inner_.send(held->first, held->second);
+  if (held) inner_.send(held->dst, held->bytes, held->tos);
 }
 
 // ---- the way in -----------------------------------------------------------

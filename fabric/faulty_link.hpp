@@ -34,7 +34,7 @@ class FaultyLink final : public LinkDecorator {
   // A PacketSink gets the full layer; any other receiver gets it after a plain
   // parse (no ICRC check), and no forged NAKs.
   void attach(Receiver& receiver) override;
-  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
   // Held-back packets that are due, then the inner link's batch.
   bool drain() override;
 
@@ -62,7 +62,12 @@ class FaultyLink final : public LinkDecorator {
 
   // Reordering on the way out: a packet held back until the next one has gone.
   std::mutex held_mu_;
-  std::optional<std::pair<in_addr, std::vector<uint8_t>>> held_tx_;
+  struct Held {
+    in_addr dst;
+    std::vector<uint8_t> bytes;
+    uint8_t tos;
+  };
+  std::optional<Held> held_tx_;
   std::atomic<bool> has_held_tx_{false};  // skips held_mu_ on the common path
 
   // On the way in: the held-back packet (under the drain's serialisation), and

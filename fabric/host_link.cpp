@@ -170,7 +170,7 @@ void HostLink::forget(in_addr dst, const std::shared_ptr<Peer>& peer) {
   if (e.peer == peer) e = Entry{};
 }
 
-void HostLink::send(in_addr dst, std::span<const uint8_t> packet) {
+void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   if (fd_ >= 0) {
     // A peer that went away (its process exited) may have been replaced by a
     // new owner of the address: look once more before falling back to UDP.
@@ -181,7 +181,7 @@ void HostLink::send(in_addr dst, std::span<const uint8_t> packet) {
       forget(dst, peer);
     }
   }
-  inner_.send(dst, packet);
+  inner_.send(dst, packet, tos);
 }
 
 int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet) {

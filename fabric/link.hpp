@@ -70,9 +70,10 @@ class Link {
   virtual ~Link() = default;
   // Where received datagrams go; called once, before any other call.
   virtual void attach(Receiver& receiver) = 0;
-  // Sends one packet to dst:4791. A packet that cannot go is lost, as on a
-  // congested link: the reliable transport recovers it.
-  virtual void send(in_addr dst, std::span<const uint8_t> packet) = 0;
+  // Sends one packet to dst:4791 with IPv4 TOS byte tos (the GRH traffic
+  // class of a RoCEv2 packet: DSCP and ECN). A packet that cannot go is lost,
+  // as on a congested link: the reliable transport recovers it.
+  virtual void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) = 0;
   // Hands the datagrams waiting now to the receiver without blocking; false if
   // there were none. Callers serialise drains (the device's receive lock).
   virtual bool drain() = 0;
@@ -95,7 +96,9 @@ class LinkDecorator : public Link, protected Receiver {
     up_ = &receiver;
     inner_.attach(*this);
   }
-  void send(in_addr dst, std::span<const uint8_t> packet) override { inner_.send(dst, packet); }
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override {
+    inner_.send(dst, packet, tos);
+  }
   bool drain() override { return inner_.drain(); }
   void watch() override { inner_.watch(); }
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override { receive(src, sport, packet); }

@@ -17,23 +17,23 @@ void LocalLink::attach(Receiver& receiver) {
   hub_.add(addr_, this);
 }
 
-void LocalLink::send(in_addr dst, std::span<const uint8_t> packet) {
+void LocalLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   if (IN_MULTICAST(ntohl(dst.s_addr))) {
     // A multicast packet is replicated here, below the fault layer and the
     // capture (which see the one packet the sender put on its wire): one copy
     // to each member device of the host, this one included (docs/wire.md §1.6).
-    for (in_addr member : mcast_members(mcast_gid_of(dst))) send_unicast(member, packet);
+    for (in_addr member : mcast_members(mcast_gid_of(dst))) send_unicast(member, packet, tos);
     return;
   }
-  send_unicast(dst, packet);
+  send_unicast(dst, packet, tos);
 }
 
-void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet) {
+void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   if (LocalLink* peer = hub_.find(dst)) {
     peer->enqueue(addr_, packet);
     return;
   }
-  if (outside_) outside_->send(dst, packet);
+  if (outside_) outside_->send(dst, packet, tos);
 }
 
 void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet) {

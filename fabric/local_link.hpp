@@ -41,7 +41,7 @@ class LocalLink final : public Link, private Receiver {
   LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside = nullptr);
 
   void attach(Receiver& receiver) override;
-  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
   // The outside link's batch, then everything queued by devices of this process.
   bool drain() override;
   void watch() override;
@@ -52,7 +52,7 @@ class LocalLink final : public Link, private Receiver {
 
  private:
   // One copy to one device: its local queue, or the outside link.
-  void send_unicast(in_addr dst, std::span<const uint8_t> packet);
+  void send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
   // A packet from the device at src (on another thread).
   void enqueue(in_addr src, std::span<const uint8_t> packet);
   // From the outside link, passed up.

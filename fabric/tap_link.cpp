@@ -5,10 +5,10 @@
 
 namespace softverbs::fabric {
 
-void TapLink::send(in_addr dst, std::span<const uint8_t> packet) {
+void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
-  if (pcap_) pcap_->write(clock_, self_, dst, wire::kRoceV2UdpPort, packet);
-  inner_.send(dst, packet);
+  if (pcap_) pcap_->write(clock_, self_, dst, wire::kRoceV2UdpPort, packet, tos);
+  inner_.send(dst, packet, tos);
 }
 
 void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {

@@ -25,7 +25,7 @@ class TapLink final : public LinkDecorator {
           const LocalHub* hub)
       : LinkDecorator(inner), self_(self), counters_(counters), clock_(clock), pcap_(pcap), hub_(hub) {}
 
-  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
 
  private:
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override;

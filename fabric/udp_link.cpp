@@ -58,13 +58,32 @@ UdpLink::~UdpLink() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void UdpLink::send(in_addr dst, std::span<const uint8_t> packet) {
+void UdpLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(kRoceV2Port);
   sa.sin_addr = dst;
+  iovec iov{const_cast<uint8_t*>(packet.data()), packet.size()};
+  msghdr msg{};
+  msg.msg_name = &sa;
+  msg.msg_namelen = sizeof sa;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  // The traffic class is the datagram's IPv4 TOS byte (RoCEv2): per datagram,
+  // as the socket is shared by every QP of the device.
+  alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int))] = {};
+  if (tos) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = IPPROTO_IP;
+    c->cmsg_type = IP_TOS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    const int value = tos;
+    std::memcpy(CMSG_DATA(c), &value, sizeof value);
+  }
   for (;;) {
-    ssize_t n = ::sendto(fd_, packet.data(), packet.size(), 0, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    ssize_t n = ::sendmsg(fd_, &msg, 0);
     if (n >= 0) return;
     if (errno == EINTR) continue;
     // A full socket buffer or an unreachable peer loses the packet, as a

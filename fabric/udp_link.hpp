@@ -25,7 +25,8 @@ class UdpLink final : public Link {
   UdpLink& operator=(const UdpLink&) = delete;
 
   void attach(Receiver& receiver) override { up_ = &receiver; }
-  void send(in_addr dst, std::span<const uint8_t> packet) override;
+  // A non-zero tos goes with the datagram as an IP_TOS control message.
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
   // One recvmmsg batch.
   bool drain() override;
   void watch() override;

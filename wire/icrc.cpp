@@ -159,9 +159,11 @@ std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const
 }
 
 void write_ipv4_header(std::uint8_t* out, const std::array<std::uint8_t, 4>& saddr,
-                       const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len) noexcept {
+                       const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len,
+                       std::uint8_t tos) noexcept {
   std::fill_n(out, kIpv4HeaderBytes, 0);
   out[0] = 0x45;  // version 4, IHL 5
+  out[1] = tos;
   store_be16(out + 2, static_cast<std::uint16_t>(kIpv4HeaderBytes + kUdpHeaderBytes + udp_payload_len));
   store_be16(out + 6, kIpv4FlagDf);
   out[8] = 64;  // TTL

@@ -76,8 +76,10 @@ std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const
 // Writes the 20-byte IPv4 header of a RoCEv2 packet from src to dst whose UDP
 // payload (BTH .. ICRC) is udp_payload_len bytes, as softverbs' sockets send it:
 // DF set, ID 0, TTL 64, header checksum filled in. Addresses in network order.
+// tos is the TOS byte (DSCP and ECN): a RoCEv2 packet's GRH traffic class.
 void write_ipv4_header(std::uint8_t* out, const std::array<std::uint8_t, 4>& saddr,
-                       const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len) noexcept;
+                       const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len,
+                       std::uint8_t tos = 0) noexcept;
 
 // Recomputes and writes the ICRC into the last 4 bytes of a whole UDP payload
 // (BTH .. ICRC). No-op if the packet is shorter than BTH + ICRC.

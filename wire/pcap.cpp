@@ -63,7 +63,8 @@ PcapWriter::~PcapWriter() {
   if (file_) std::fclose(file_);
 }
 
-void PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet) {
+void PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet,
+                       uint8_t tos) {
   uint8_t head[kEthLen + kIpLen + kUdpLen] = {};
   uint8_t* eth = head;
   mac_of(dst, eth);
@@ -74,7 +75,7 @@ void PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sp
   std::array<uint8_t, 4> s{}, d{};
   std::memcpy(s.data(), &src.s_addr, 4);
   std::memcpy(d.data(), &dst.s_addr, 4);
-  write_ipv4_header(ip, s, d, packet.size());
+  write_ipv4_header(ip, s, d, packet.size(), tos);
   uint8_t* udp = ip + kIpLen;
   put16(udp, sport);
   put16(udp + 2, kRoceV2UdpPort);

@@ -27,7 +27,9 @@ class PcapWriter {
   // Writes one RoCEv2 packet (BTH..ICRC) sent from src to dst, both on UDP port
   // 4791, with the IPv4 header the sender's kernel writes (DF, ID 0, TTL 64),
   // stamped with the clock's calendar time.
-  void write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet);
+  // tos: the IPv4 TOS byte the packet was sent with (its traffic class).
+  void write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet,
+             uint8_t tos = 0);
 
  private:
   std::mutex mu_;

@@ -60,13 +60,13 @@ std::string Device::rx_state() {
 
 void Device::start_progress() { link_->watch(); }
 
-void Device::transmit(in_addr dst, std::span<const uint8_t> packet) {
+void Device::transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   if (!port_active()) {
     // A port that is down sends nothing: to its peers it is a lost link.
     counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  link_->send(dst, packet);
+  link_->send(dst, packet, tos);
 }
 
 void Device::progress(bool block) {

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <vector>
 
 #include "emu/device/caps.hpp"
 #include "emu/objects/objects.hpp"
@@ -113,6 +114,22 @@ int Cq::poll(int n, ibv_wc* wc) {
   Cqe e;
   while (got < n && pop_locked(&e)) wc[got++] = e.wc;
   return got;
+}
+
+void Cq::clean(uint32_t qpn) {
+  // ConnectX's driver does the same on the way to RESET and in destroy
+  // (mlx5's __mlx5_cq_clean): a QP that comes back finds none of its old
+  // completions, and a destroyed one leaves none behind naming its number.
+  std::lock_guard lock(mu_);
+  uint64_t kept = head_;
+  for (uint64_t i = head_; i < tail_; ++i) {
+    const Cqe& e = ring_[i % ring_.size()];
+    if (e.wc.qp_num == qpn) continue;
+    if (kept != i) ring_[kept % ring_.size()] = e;
+    ++kept;
+  }
+  tail_ = kept;
+  std::erase_if(delayed_, [qpn](const Delayed& d) { return d.wc.qp_num == qpn; });
 }
 
 int Cq::arm(int solicited_only) {

@@ -140,8 +140,9 @@ class Device final : private fabric::PacketSink {
   // The ICRC flow of packets this device sends to dst (and receives from it).
   wire::Ipv4Flow flow(in_addr src, in_addr dst) const;
   // Sends one packet (BTH..ICRC) through the link (a device of this process
-  // gets it through its local queue, with the same packet semantics).
-  void transmit(in_addr dst, std::span<const uint8_t> packet);
+  // gets it through its local queue, with the same packet semantics), with
+  // IPv4 TOS byte tos: the traffic class of the QP's path or address handle.
+  void transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);
@@ -421,6 +422,9 @@ class Cq {
   // The fault layer's delayed completion: pushed after delay_us.
   void push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us);
   int poll(int n, ibv_wc* wc);
+  // Removes every completion of the QP numbered qpn, queued or delayed, keeping
+  // the others in order: what a QP's reset or destruction does to its CQs.
+  void clean(uint32_t qpn);
   int arm(int solicited_only);
   int resize(int cqe);
   size_t outstanding();

@@ -2,7 +2,11 @@
 // the roles), query, posting work requests, and flushing them in the error state.
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
+#include "core/env.hpp"
+#include "core/log.hpp"
 #include "emu/device/caps.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/device/fault_actions.hpp"
@@ -13,23 +17,6 @@
 
 namespace softverbs::emu {
 namespace {
-
-bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
-  switch (type) {
-    case IBV_QPT_RC:
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
-             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-             op == IBV_WR_ATOMIC_FETCH_AND_ADD || is_local_op(op);
-    case IBV_QPT_UC:
-      // Memory windows are bound and invalidated on RC and UC QPs (mlx5, rxe).
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-             op == IBV_WR_RDMA_WRITE_WITH_IMM || is_local_op(op);
-    case IBV_QPT_UD:
-      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
-    default:
-      return false;
-  }
-}
 
 // The post-time checks of a bind work request: 0 or the errno ibv_post_send
 // returns. Type 1 windows are bound only through ibv_bind_mw (bind_verb), type 2
@@ -53,6 +40,24 @@ QpAttrLimits limits_of(const Device& dev) {
 
 }  // namespace
 
+std::optional<EarlyPost> parse_early_post(const char* text) {
+  const std::string_view v = text ? text : "";
+  if (v == "queue") return EarlyPost::queue;
+  if (v == "refuse") return EarlyPost::refuse;
+  return std::nullopt;
+}
+
+EarlyPost early_post_policy() {
+  static const EarlyPost policy = [] {
+    const char* text = env::post_before_rts();
+    if (!text) return EarlyPost::queue;
+    const std::optional<EarlyPost> p = parse_early_post(text);
+    if (!p) SV_LOG(kError, "SOFTVERBS_POST_BEFORE_RTS=%s: expected queue or refuse; using queue", text);
+    return p.value_or(EarlyPost::queue);
+  }();
+  return policy;
+}
+
 Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
     : pd_(pd),
       type_(attr.qp_type),
@@ -60,6 +65,7 @@ Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
       recv_cq_(Cq::from(attr.recv_cq)),
       srq_(attr.srq ? Srq::from(attr.srq) : nullptr),
       sq_sig_all_(attr.sq_sig_all != 0),
+      early_post_(early_post_policy()),
       cap_(attr.cap),
       sq_(attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_inline_data),
       rq_(attr.srq ? 0 : attr.cap.max_recv_wr, attr.srq ? 0 : attr.cap.max_recv_sge) {
@@ -147,6 +153,9 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
   if (next == IBV_QPS_RESET) {
     // Reset discards every outstanding work request without a completion and
     // returns the attributes to their initial values (IBTA 10.3.1 QP states).
+    // Like mlx5, it also removes the QP's completions not yet polled (flushes
+    // of an earlier error included) from its CQs.
+    clean_cqs_locked();
     sq_.clear();
     rq_.clear();
     resp_.rcv = ResponderState::Receiving{};
@@ -227,8 +236,9 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return fail_errno;
     }
-    // A QP attached to an SRQ has no receive queue of its own.
-    if (srq_ || state == IBV_QPS_RESET) {
+    // A QP attached to an SRQ has no receive queue of its own. One in RESET
+    // keeps the receive for later unless posts before RTS are refused.
+    if (srq_ || (state == IBV_QPS_RESET && early_post_ == EarlyPost::refuse)) {
       *bad_wr = wr;
       return EINVAL;
     }
@@ -279,10 +289,14 @@ int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
   const ibv_qp_state state = attr_.qp_state;
   // Before RTS even an empty batch fails, as mlx5's wr_complete does there.
   if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
-  // Every work request is checked before any is queued: all or nothing.
+  // Every work request is checked before any is queued: all or nothing. An
+  // operation the QP type does not have fails the batch (mlx5 has no builder
+  // for it at all), where ibv_post_send lets it fail at execution.
   SendCheck c;
-  for (size_t i = 0; i < wrs.size(); ++i)
+  for (size_t i = 0; i < wrs.size(); ++i) {
+    if (!opcode_valid_for(type_, wrs[i].opcode)) return EINVAL;
     if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &c)) return err;
+  }
   for (const ibv_send_wr& w : wrs) {
     check_send_locked(state, w, 0, &c);
     enqueue_send_locked(w, c.total, c.is_inline, c.ud_dest);
@@ -293,8 +307,14 @@ int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
 
 int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t queued, SendCheck* out,
                           bool bind_verb) {
-  if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) return EINVAL;
-  if (!opcode_valid_for(type_, wr.opcode)) return EINVAL;
+  // Before RTS the work request waits in the queue (the RTR->RTS transition
+  // starts the requester), unless posts before RTS are refused.
+  if ((state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) && early_post_ == EarlyPost::refuse)
+    return EINVAL;
+  // An opcode of another service is posted (mlx5 does not check it) and fails
+  // when the requester reaches it (send_next_packet_locked); only opcodes no
+  // emulated service has are refused here.
+  if (!opcode_valid_for(IBV_QPT_RC, wr.opcode)) return EINVAL;
   // A bind or local invalidation carries no data: its SGE list is ignored.
   const int num_sge = is_local_op(wr.opcode) ? 0 : wr.num_sge;
   if (num_sge < 0 || static_cast<uint32_t>(num_sge) > sq_.max_sge()) return EINVAL;
@@ -306,11 +326,11 @@ int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t qu
   for (int i = 0; i < num_sge; ++i) total += wr.sg_list[i].length;
   const bool is_inline = !is_local_op(wr.opcode) && (wr.send_flags & IBV_SEND_INLINE) != 0;
   if (is_inline && total > sq_.max_inline()) return EINVAL;
-  // A datagram needs an address handle of this QP's PD, and one emulated devices
-  // can reach.
+  // A datagram needs an address handle emulated devices can reach. Its PD is
+  // not checked: ConnectX copies the address vector into the WQE and sends
+  // through an address handle of any PD of the context.
   in_addr ud_dest{};
-  if (type_ == IBV_QPT_UD && (!wr.wr.ud.ah || wr.wr.ud.ah->pd != pd_.ibv() ||
-                              !resolve_av(device(), Ah::from(wr.wr.ud.ah)->attr(), &ud_dest)))
+  if (type_ == IBV_QPT_UD && (!wr.wr.ud.ah || !resolve_av(device(), Ah::from(wr.wr.ud.ah)->attr(), &ud_dest)))
     return EINVAL;
   if (sq_.size() + static_cast<uint64_t>(queued) >= sq_.capacity()) return ENOMEM;
   *out = SendCheck{total, is_inline, ud_dest};
@@ -375,6 +395,8 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
     wqe.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
     wqe.remote_qkey = wr.wr.ud.remote_qkey;
     wqe.ud_dest = ud_dest.s_addr;
+    const ibv_ah_attr& av = Ah::from(wr.wr.ud.ah)->attr();
+    wqe.ud_tclass = av.is_global ? av.grh.traffic_class : 0;
   }
   if (is_inline) {
     // Inline data is copied at post time: the buffer may be reused at once.
@@ -393,6 +415,13 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
 
 void Qp::shutdown() {
   if (timer_) timer_->detach();
+  std::lock_guard lock(mu_);
+  clean_cqs_locked();
+}
+
+void Qp::clean_cqs_locked() {
+  send_cq_->clean(qpn());
+  if (recv_cq_ != send_cq_) recv_cq_->clean(qpn());
 }
 
 void Qp::enter_error_locked() {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 
@@ -26,6 +27,18 @@
 #include "wire/packet.hpp"
 
 namespace softverbs::emu {
+
+// What ibv_post_send/ibv_post_recv do with a QP that cannot execute the work
+// request yet (SOFTVERBS_POST_BEFORE_RTS, docs/configuration.md): queue it, as
+// ConnectX (mlx5 never looks at the QP state when posting; the WQEs wait in the
+// queue until the QP reaches RTS), or refuse it with EINVAL, as the IBTA's
+// C10-97.2.1 and rxe do (receives in RESET; sends in RESET, INIT and RTR).
+enum class EarlyPost { queue, refuse };
+// The value's meaning: "queue", "refuse"; nullopt for anything else.
+std::optional<EarlyPost> parse_early_post(const char* text);
+// The process's choice, read at the first QP creation (an unset or bad value
+// means queue; a bad one is reported).
+EarlyPost early_post_policy();
 
 
 class Qp {
@@ -76,7 +89,8 @@ class Qp {
   // receive path. `dst` is the multicast group a UD packet was sent to (its IP
   // destination), or 0 for a packet to this device's address.
   void receive(const wire::PacketView& pkt, in_addr src, in_addr dst = in_addr{});
-  // Detaches the engine's timer; the QP is about to be destroyed.
+  // Detaches the engine's timer and removes the QP's completions from its CQs;
+  // the QP is about to be destroyed.
   void shutdown();
   // Answers a request as if the responder had refused it (the fault layer's nak).
   void forge_nak(uint32_t psn, uint8_t syndrome);
@@ -105,6 +119,8 @@ class Qp {
 
   // ---- shared by the roles -------------------------------------------------
   void flush_locked();
+  // Removes the QP's completions from its send and receive CQs (reset, destroy).
+  void clean_cqs_locked();
   // Moves the QP to the error state and flushes it (and raises LAST_WQE_REACHED
   // for an SRQ QP).
   void enter_error_locked();
@@ -120,9 +136,11 @@ class Qp {
   void arm_timer_locked();
   void on_timer();
   // wire
+  // To the connected peer, with the traffic class of the QP's path.
   void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  // To dest, with IPv4 TOS byte tos (RoCEv2 carries the GRH traffic class there).
   void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
-                          std::span<const std::span<const uint8_t>> payload);
+                          std::span<const std::span<const uint8_t>> payload, uint8_t tos);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
 
@@ -202,6 +220,11 @@ class Qp {
   void send_atomic_ack_locked(uint32_t psn, uint64_t orig);
   void rnr_nak_locked(uint32_t psn);
   bool take_recv_wqe_locked();
+  // The length of the receive WQE the next message would take, if one is posted.
+  std::optional<uint64_t> next_recv_length_locked();
+  // The PD receive buffers are checked against: the SRQ's for a QP attached to
+  // one (its WQEs were posted there), else the QP's own.
+  const Pd& recv_pd() const { return srq_ ? srq_->pd() : pd_; }
   void complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len, bool with_imm, uint32_t imm,
                             bool with_inv, bool solicited);
   void responder_error_locked(const RespErrorRow& e, uint32_t psn);
@@ -217,6 +240,7 @@ class Qp {
   Cq* recv_cq_;
   Srq* srq_;
   bool sq_sig_all_;
+  EarlyPost early_post_;
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};
 

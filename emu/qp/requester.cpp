@@ -41,18 +41,21 @@ bool is_read_or_atomic(ibv_wr_opcode op) {
 
 void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
   // Every packet of a connection says where the sender's path migration state
-  // machine is (IBTA 9.2.3 MigReq; path_migration.cpp).
+  // machine is (IBTA 9.2.3 MigReq; path_migration.cpp), and requests and
+  // responses alike carry the path's traffic class.
   PacketHeaders with_mig = h;
   with_mig.bth.migreq = migreq_locked();
-  transmit_to_locked(dest_addr_, with_mig, payload);
+  const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
+  transmit_to_locked(dest_addr_, with_mig, payload, tclass);
 }
 
-void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
+                            uint8_t tos) {
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
   Device& dev = device();
   const IcrcFlow flow{dev.flow(dev.addr(), dest)};
   size_t n = build(h, payload, buf, &flow);
-  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n));
+  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n), tos);
 }
 
 bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
@@ -169,7 +172,7 @@ bool Qp::send_ud_locked() {
   }
   in_addr dest{};
   dest.s_addr = w.ud_dest;
-  transmit_to_locked(dest, h, payload);
+  transmit_to_locked(dest, h, payload, w.ud_tclass);
   mr_lock.unlock();
   req_.psn = psn_add(req_.psn, 1);
   w.started = w.sent = w.acked = true;
@@ -180,6 +183,13 @@ bool Qp::send_ud_locked() {
 
 bool Qp::send_next_packet_locked() {
   if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
+  if (!opcode_valid_for(type_, sq_.at(req_.tx_index).opcode)) {
+    // An opcode the QP's service does not have (an RDMA READ on UC, an RDMA
+    // WRITE on UD, ...) was posted, as ConnectX lets it be: it completes with a
+    // local QP operation error and the QP goes to the error state, as there.
+    fail_send_locked(&sq_.at(req_.tx_index), IBV_WC_LOC_QP_OP_ERR);
+    return false;
+  }
   if (type_ == IBV_QPT_UD) return send_ud_locked();
   const bool uc = type_ == IBV_QPT_UC;
   if (is_local_op(sq_.at(req_.tx_index).opcode)) return execute_local_locked(sq_.at(req_.tx_index));

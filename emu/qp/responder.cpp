@@ -3,6 +3,7 @@
 // resources, length), executes it and answers: ACK, NAK, RNR NAK, read
 // responses, atomic responses. Errors map through one table (kRespErrors).
 #include <cstring>
+#include <optional>
 
 #include "emu/device/caps.hpp"
 #include "emu/memory/sge.hpp"
@@ -31,6 +32,17 @@ void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
   h.bth.psn = psn;
   h.aeth = aeth;
   transmit_locked(h, {});
+}
+
+std::optional<uint64_t> Qp::next_recv_length_locked() {
+  if (resp_.rcv.active) return resp_.rcv.wqe.total_length;
+  if (srq_) {
+    std::lock_guard lock(srq_->mu);
+    if (srq_->rq.empty()) return std::nullopt;
+    return srq_->rq.front().total_length;
+  }
+  if (rq_.empty()) return std::nullopt;
+  return rq_.front().total_length;
 }
 
 bool Qp::take_recv_wqe_locked() {
@@ -154,14 +166,20 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   // SEND with no receive WQE posted, is dropped silently: UD has no responses.
   auto dropped = [this] { device().counters().rx_dropped.fetch_add(1, std::memory_order_relaxed); };
   if (pkt.op->transport != Transport::ud || pkt.deth.qkey != attr_.qkey) return dropped();
-  std::shared_lock mr_lock(device().mr_lock());
-  if (!take_recv_wqe_locked()) return dropped();
   constexpr uint32_t kGrh = 40;
   const uint64_t need = kGrh + pkt.payload.size();
+  // A datagram larger than the next receive WQE is discarded like one that
+  // finds no WQE, and the WQE stays posted for the next datagram: a length
+  // error of a UD responder is of the IBTA's class D (silently dropped; rxe
+  // classifies it so too), as on ConnectX.
+  const std::optional<uint64_t> room = next_recv_length_locked();
+  if (!room || need > *room) return dropped();
+  std::shared_lock mr_lock(device().mr_lock());
+  // (Another QP of the SRQ may have taken that WQE meanwhile: one that does not
+  // fit either stays with this QP, for its next datagram.)
+  if (!take_recv_wqe_locked() || need > resp_.rcv.wqe.total_length) return dropped();
   ibv_wc_status status = IBV_WC_SUCCESS;
-  if (need > resp_.rcv.wqe.total_length) {
-    status = IBV_WC_LOC_LEN_ERR;
-  } else {
+  {
     // The GRH area: on RoCEv2 over IPv4 its last 20 bytes are the IPv4 header the
     // packet arrived with (rdma-core's ibv_init_ah_from_wc reads it from there);
     // on an InfiniBand port there is no GRH on the emulated wire and the area is
@@ -175,7 +193,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
                         pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes);
     }
     std::vector<std::span<uint8_t>> spans;
-    if (!resolve_sges(device(), pd_, resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
+    if (!resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
       status = IBV_WC_LOC_PROT_ERR;
     } else {
       std::vector<uint8_t> whole(grh, grh + (eth ? kGrh : 0));
@@ -361,10 +379,18 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
     case OpClass::rdma_write:
       if (r.op.starts_message()) {
         resp_.wr = ResponderState::Writing{pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len, pkt.reth.dma_len};
-        if (pkt.reth.dma_len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
-        if (pkt.reth.dma_len && !check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, resp_.wr.rkey,
-                                            resp_.wr.va, resp_.wr.total, IBV_ACCESS_REMOTE_WRITE))
-          return RespStep::err_remote_access;
+        RespStep err = RespStep::check_resources;
+        if (pkt.reth.dma_len > caps::kMaxMsgSz) {
+          err = RespStep::err_invalid_request;
+        } else if (pkt.reth.dma_len && !check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, resp_.wr.rkey,
+                                                   resp_.wr.va, resp_.wr.total, IBV_ACCESS_REMOTE_WRITE)) {
+          err = RespStep::err_remote_access;
+        }
+        // An RDMA WRITE ONLY with immediate that fails consumes its receive WQE,
+        // which completes with the error's status (the rest are flushed), as in
+        // rxe, whose responder takes the WQE before it checks the R_Key.
+        if (err != RespStep::check_resources && r.op.needs_recv_wqe) take_recv_wqe_locked();
+        return err;
       }
       return RespStep::check_resources;
     case OpClass::rdma_read_request: {
@@ -439,7 +465,7 @@ RespStep Qp::resp_execute_send_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint64_t plen = pkt.payload.size();
   std::vector<std::span<uint8_t>> spans;
-  if (plen && !resolve_sges(device(), pd_, resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
+  if (plen && !resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
                             IBV_ACCESS_LOCAL_WRITE, spans))
     return RespStep::err_local_protection;
   scatter(spans, pkt.payload);

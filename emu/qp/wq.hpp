@@ -38,6 +38,7 @@ struct SendWqe {
   uint32_t remote_qpn = 0;   // UD
   uint32_t remote_qkey = 0;  // UD
   uint32_t ud_dest = 0;      // UD: the address the AH resolved to at post time (network order)
+  uint8_t ud_tclass = 0;     // UD: the AH's traffic class, the datagram's IPv4 TOS
   bool is_inline = false;    // payload copied into the queue at post time
   // IBV_WR_BIND_MW: the window, the rkey whose key byte it gets, and the
   // region, range and rights it is bound to (IBV_WR_LOCAL_INV names its rkey in
@@ -62,6 +63,24 @@ inline bool is_local_op(ibv_wr_opcode op) { return op == IBV_WR_BIND_MW || op ==
 // Packets a message of len bytes takes at this path MTU (a zero-length one takes one).
 inline uint32_t packets_for(uint64_t len, uint32_t mtu) {
   return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// Whether a QP of this type can execute a send work request of this opcode.
+inline bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (type) {
+    case IBV_QPT_RC:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+             op == IBV_WR_ATOMIC_FETCH_AND_ADD || is_local_op(op);
+    case IBV_QPT_UC:
+      // Memory windows are bound and invalidated on RC and UC QPs (mlx5, rxe).
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+             op == IBV_WR_RDMA_WRITE_WITH_IMM || is_local_op(op);
+    case IBV_QPT_UD:
+      return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    default:
+      return false;
+  }
 }
 
 // The completion opcode of a send work request.

@@ -781,8 +781,10 @@ TEST_P(ErrorTest, ResetDropsOutstandingWqesWithoutCompletionsRc) {
   expect_no_wc(p.a.rcq.get(), 0);
 }
 
-// After an error, ERR -> RESET -> ... -> RTS recovers the QP; the flushed
-// completions generated before the reset stay on the CQ and nothing more comes.
+// After an error, ERR -> RESET -> ... -> RTS recovers the QP; the error's
+// completion, polled before the reset, is the last of the old connection.
+// (Completions not polled before the reset are removed by it:
+// EngineTest.ResetAndDestroyRemoveTheQpsCompletionsFromItsCqs.)
 TEST_P(ErrorTest, QpRecoversThroughResetAfterAnErrorRc) {
   PairOptions o{.type = IBV_QPT_RC, .rnr_retry = 0};
   Pair p;

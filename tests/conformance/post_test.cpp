@@ -86,15 +86,24 @@ TEST_P(PostTest, RecvBeyondTheQueueDepth) {
   }
 }
 
-TEST_P(PostTest, RecvInResetIsRefused) {
-  // IBTA C10-97.2.1: no receive may be posted before the QP leaves RESET.
+TEST_P(PostTest, RecvInReset) {
+  // IBTA C10-97.2.1 refuses a receive before the QP leaves RESET, as rxe does;
+  // ConnectX accepts it (mlx5 does not look at the QP state) and emulated
+  // devices do the same unless SOFTVERBS_POST_BEFORE_RTS=refuse. Either is
+  // accepted; what happened is recorded.
   Qp qp = make_qp(IBV_QPT_RC, cq_.get());
   ASSERT_TRUE(qp);
   ibv_recv_wr wr{};
   wr.wr_id = 5;
   ibv_recv_wr* bad = nullptr;
-  EXPECT_EQ(ibv_post_recv(qp.get(), &wr, &bad), EINVAL);
-  EXPECT_EQ(bad, &wr);
+  const int rc = ibv_post_recv(qp.get(), &wr, &bad);
+  observe("ibv_post_recv.RESET", errno_name(rc));
+  EXPECT_TRUE(rc == 0 || rc == EINVAL) << "rc " << rc;
+  if (rc) {
+    EXPECT_EQ(bad, &wr);
+  }
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(cq_.get(), 1, &wc), 0) << "a receive in RESET completed";
 }
 
 TEST_P(PostTest, RecvOnAQpThatUsesAnSrq) {
@@ -114,7 +123,11 @@ TEST_P(PostTest, RecvOnAQpThatUsesAnSrq) {
   EXPECT_EQ(bad, &wr);
 }
 
-TEST_P(PostTest, SendBeforeRtsIsRefused) {
+// A send before RTS: refused by the IBTA's rule and rxe; accepted and kept
+// until RTS by ConnectX and, unless SOFTVERBS_POST_BEFORE_RTS=refuse, emulated
+// devices (EngineTest.WorkRequestsPostedBeforeRtsRunAtRtsRc shows it run). It
+// never completes before RTS; what happened is recorded.
+TEST_P(PostTest, SendBeforeRts) {
   for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
     for (ibv_qp_state state : {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR}) {
       SCOPED_TRACE(std::string(qp_type_name(type)) + " in " + qp_state_name(state));
@@ -143,19 +156,22 @@ TEST_P(PostTest, SendBeforeRtsIsRefused) {
       ibv_send_wr* bad = nullptr;
       const int rc = ibv_post_send(qp.get(), &wr, &bad);
       observe(std::string("ibv_post_send.") + qp_type_name(type) + "." + qp_state_name(state), errno_name(rc));
-      EXPECT_TRUE(is_post_send_refusal(rc)) << "rc " << rc;
-      EXPECT_EQ(bad, &wr);
+      EXPECT_TRUE(rc == 0 || is_post_send_refusal(rc)) << "rc " << rc;
+      if (rc) {
+        EXPECT_EQ(bad, &wr);
+      }
       ibv_wc wc;
-      EXPECT_EQ(ibv_poll_cq(cq_.get(), 1, &wc), 0) << "a refused work request completed";
+      EXPECT_EQ(ibv_poll_cq(cq_.get(), 1, &wc), 0) << "a work request completed before RTS";
     }
   }
 }
 
 TEST_P(PostTest, OpcodeNotValidForTheService) {
   // UC has no RDMA read or atomics, UD only sends. IBTA lets a device refuse
-  // these at post time or complete them in error: emu refuses at once (EINVAL,
-  // bad_wr set); ConnectX and rxe accept them at post time and fail the work
-  // request later. Either is accepted, a success never; what happened is recorded.
+  // these at post time or complete them in error: ConnectX, rxe and emulated
+  // devices accept them at post time and fail the work request later
+  // (IBV_WC_LOC_QP_OP_ERR). Either is accepted, a success never; what happened
+  // is recorded.
   struct Case {
     ibv_qp_type type;
     ibv_wr_opcode opcode;

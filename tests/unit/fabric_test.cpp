@@ -231,7 +231,9 @@ class RecordingReceiver final : public Receiver {
 class FakeLink final : public Link {
  public:
   void attach(Receiver& r) override { up = &r; }
-  void send(in_addr dst, std::span<const uint8_t> p) override { sent.push_back({dst, 0, Bytes(p.begin(), p.end())}); }
+  void send(in_addr dst, std::span<const uint8_t> p, uint8_t = 0) override {
+    sent.push_back({dst, 0, Bytes(p.begin(), p.end())});
+  }
   bool drain() override {
     bool any = !arriving.empty();
     for (auto& d : arriving) up->receive(d.src, d.sport, d.bytes);

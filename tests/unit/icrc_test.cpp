@@ -226,6 +226,18 @@ TEST(Icrc, InvariantFieldsMatter) {
   EXPECT_NE(icrc_ipv4(f, pkt), base);
 }
 
+// The TOS byte (a RoCEv2 packet's traffic class) lands in the header.
+TEST(Icrc, Ipv4HeaderCarriesTheTos) {
+  uint8_t h0[20], h1[20];
+  const std::array<uint8_t, 4> s{127, 0, 0, 1}, d{127, 0, 0, 2};
+  write_ipv4_header(h0, s, d, 100);
+  write_ipv4_header(h1, s, d, 100, 0xb8);
+  EXPECT_EQ(h0[1], 0);
+  EXPECT_EQ(h1[1], 0xb8);
+  // The header checksum covers it.
+  EXPECT_NE(std::memcmp(h0 + 10, h1 + 10, 2), 0);
+}
+
 TEST(Icrc, WriteIcrcStoresLittleEndian) {
   Bytes pkt = kReferenceSendOnly;
   pkt[pkt.size() - 1] ^= 0xFF;

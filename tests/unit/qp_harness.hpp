@@ -42,6 +42,7 @@ struct Packet {
   wire::Aeth aeth;
   const wire::OpcodeInfo* op = nullptr;
   size_t payload = 0;
+  uint8_t tos = 0;  // the IPv4 TOS byte it was sent with
 
   uint32_t psn() const { return bth.psn; }
   bool is_request() const { return op->is_request; }
@@ -73,8 +74,9 @@ class FakeWire final : public fabric::Link {
  public:
   explicit FakeWire(in_addr self) : self_(self) {}
   void attach(fabric::Receiver& receiver) override { up_ = &receiver; }
-  void send(in_addr dst, std::span<const uint8_t> packet) override {
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override {
     sent.push_back(decode(self_, dst, packet));
+    sent.back().tos = tos;
     outbox.push_back(sent.back());
   }
   bool drain() override {
@@ -169,6 +171,7 @@ struct RcParams {
   uint8_t rnr_retry = 7;       // RNR retries (7: forever)
   uint8_t min_rnr_timer = 14;  // the RNR NAK timer code the responder sends: 1.28 ms
   uint32_t sq_psn[2] = {100, 5000};
+  uint8_t traffic_class = 0;  // of both QPs' paths
 };
 
 // One end of the pair: context, PD, one CQ for both queues, a registered
@@ -283,6 +286,7 @@ class RcPair : public TwoDevices {
     a.ah_attr.grh.dgid = gid.gid;
     a.ah_attr.grh.sgid_index = 1;
     a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.traffic_class = params_.traffic_class;
     a.ah_attr.port_num = 1;
     ASSERT_EQ(p.modify_qp(qp(i), &a,
                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |

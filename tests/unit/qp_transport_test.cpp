@@ -114,6 +114,22 @@ TEST(QpTransport, AnAnswerBeforeTheTimeoutStopsTheRetries) {
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
 }
 
+// The path's traffic class is every packet's IPv4 TOS (RoCEv2 carries the GRH
+// traffic class there): requests and the responder's acknowledgements alike.
+TEST(QpTransport, ThePathsTrafficClassIsTheTosOfEveryPacket) {
+  RcParams params;
+  params.traffic_class = 0x68;  // DSCP 26, not ECN-capable
+  RcPair pair(params);
+  ASSERT_EQ(pair.post_recv(kB, 4096, 9), 0);
+  ASSERT_EQ(pair.post_send(kA, 3000, 1), 0);
+  pair.settle();
+  ASSERT_EQ(pair.poll(kA).size(), 1u);
+  ASSERT_FALSE(pair.wire(kA).sent.empty());
+  ASSERT_FALSE(pair.wire(kB).sent.empty());
+  for (int side : {kA, kB})
+    for (const Packet& p : pair.wire(side).sent) EXPECT_EQ(p.tos, 0x68) << "side " << side << " psn " << p.psn();
+}
+
 // ---------------------------------------------------------------------------
 // RNR NAKs and rnr_retry (IBTA 9.7.5.2.8)
 
