@@ -39,8 +39,7 @@ bool failed(ibv_context* context) { return Context::from(context)->device().fata
 int check_access(unsigned access) {
   if (access & ~caps::kSupportedAccess) {
     if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;  // no ODP capability
-    if (access & (IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)) return EINVAL;
-    return EINVAL;
+    return EINVAL;  // ZERO_BASED, HUGETLB and undefined bits
   }
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;

@@ -188,6 +188,30 @@ TEST_P(MrTest, RegMrSubRangeNotPageAligned) {
   EXPECT_EQ(mr->length, 1000u);
 }
 
+// IBV_ACCESS_MW_BIND only allows memory windows to be bound to the region
+// later; the kernel and ConnectX accept it alone or with any other access, for
+// registration and for a change of access.
+TEST_P(MrTest, RegMrWithMwBindIsAccepted) {
+  Mapping buf(page_size());
+  for (unsigned access : {unsigned{IBV_ACCESS_MW_BIND}, unsigned{IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND},
+                          unsigned{IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_MW_BIND}}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    Mr mr(reg(pd_, buf.get(), buf.size(), access));
+    ASSERT_TRUE(mr) << std::strerror(errno);
+    EXPECT_EQ(mr->addr, buf.get());
+    EXPECT_EQ(mr->length, buf.size());
+  }
+  // The constant form reaches the exported ibv_reg_mr itself.
+  Mr mr(ibv_reg_mr(pd_, buf.get(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+  ASSERT_TRUE(mr) << std::strerror(errno);
+  REQUIRE_REREG(mr.get());
+  EXPECT_EQ(ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND),
+            0)
+      << std::strerror(errno);
+}
+
 TEST_P(MrTest, RegMrUnknownAccessBitsAreRejected) {
   Mapping buf(page_size());
   for (unsigned bit : {10u, 12u, 15u, 19u, 30u, 31u}) {
