@@ -29,6 +29,14 @@ T* fail(int err) {
 
 bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
 
+// A refusal the kernel makes: rdma-core returns the command's errno and leaves it
+// in errno too (execute_ioctl returns errno after the failed ioctl), so callers
+// that read errno after a destroy see it.
+int kernel_error(int err) {
+  errno = err;
+  return err;
+}
+
 // Access flags rules of the verbs spec (and the kernel's ib_check_mr_access):
 // remote write and remote atomic need local write.
 // After a fatal error (the fault layer's device_fatal) the device takes no new
@@ -256,7 +264,7 @@ ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
 
 int EmuProvider::dealloc_pd(ibv_pd* pd) {
   Pd* p = Pd::from(pd);
-  if (p->users.busy()) return EBUSY;
+  if (p->users.busy()) return kernel_error(EBUSY);
   Context& ctx = p->context();
   delete p;
   ctx.users.put();
@@ -268,12 +276,19 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   // IBV_ACCESS_OPTIONAL_RANGE bits are hints the device may ignore.
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if (int err = check_access(access)) return fail<ibv_mr>(err);
-  if (length == 0 || length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  if (length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  // A zero-length region is accepted as the kernel's ib_umem_get accepts it: when
+  // the (empty) range still lies in a page, i.e. addr is not page-aligned, that page
+  // is pinned; at a page boundary it spans no page and is EINVAL (npages == 0).
+  const uint64_t page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (length == 0 && (reinterpret_cast<uintptr_t>(addr) & (page_size - 1)) == 0) return fail<ibv_mr>(EINVAL);
   // The I/O virtual address must keep the buffer's offset within its page
   // (ib_uverbs_reg_mr).
-  const uint64_t page_mask = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) - 1;
+  const uint64_t page_mask = page_size - 1;
   if ((reinterpret_cast<uintptr_t>(addr) ^ iova) & page_mask) return fail<ibv_mr>(EINVAL);
-  if (int err = check_user_range(addr, length, (access & IBV_ACCESS_LOCAL_WRITE) != 0)) return fail<ibv_mr>(err);
+  // The pinned pages must be mapped: for a zero-length region, the page holding addr.
+  if (int err = check_user_range(addr, length ? length : 1, (access & IBV_ACCESS_LOCAL_WRITE) != 0))
+    return fail<ibv_mr>(err);
   Pd* p = Pd::from(pd);
   auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
   uint32_t key = p->context().device().register_mr(mr.get());
@@ -348,7 +363,7 @@ int EmuProvider::resize_cq(ibv_cq* cq, int cqe) { return Cq::from(cq)->resize(cq
 
 int EmuProvider::destroy_cq(ibv_cq* cq) {
   Cq* c = Cq::from(cq);
-  if (c->users.busy()) return EBUSY;
+  if (c->users.busy()) return kernel_error(EBUSY);
   Context& ctx = c->context();
   if (CompChannel* ch = c->channel()) ch->forget(c);
   ctx.forget_async_events(cq);
@@ -393,7 +408,7 @@ int EmuProvider::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 
 int EmuProvider::destroy_srq(ibv_srq* srq) {
   Srq* s = Srq::from(srq);
-  if (s->users.busy()) return EBUSY;
+  if (s->users.busy()) return kernel_error(EBUSY);
   s->context().forget_async_events(srq);
   wait_events_acked(&srq->mutex, &srq->cond, &srq->events_completed, &s->events.reported);
   Pd& pd = s->pd();
@@ -450,7 +465,7 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   Qp* q = Qp::from(qp);
   Context& ctx = q->context();
   // The kernel refuses to destroy a QP still attached to a multicast group.
-  if (ctx.device().mcast_attached(q->qpn())) return EBUSY;
+  if (ctx.device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
   ctx.device().unregister_qp(q->qpn());
   q->shutdown();
   ctx.forget_async_events(qp);

@@ -169,8 +169,12 @@ TEST_P(CqTest, DestroyWhileAQpUsesItIsBusy) {
   init.recv_cq = recv_cq.get();
   Qp qp = make_qp(init);
   ASSERT_TRUE(qp);
+  errno = 0;
   EXPECT_EQ(send_cq.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
+  errno = 0;
   EXPECT_EQ(recv_cq.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);
   EXPECT_EQ(qp.destroy(), 0);
   EXPECT_EQ(send_cq.destroy(), 0);
   EXPECT_EQ(recv_cq.destroy(), 0);

@@ -80,7 +80,9 @@ TEST_P(PdTest, DeallocWithMrIsBusy) {
   Mapping buf(page_size());
   ibv_mr* mr = ibv_reg_mr(pd.get(), buf.get(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -93,7 +95,9 @@ TEST_P(PdTest, DeallocWithQpIsBusy) {
   ibv_qp_init_attr init = qp_init_attr(IBV_QPT_RC, cq.get());
   ibv_qp* qp = ibv_create_qp(pd.get(), &init);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -106,7 +110,9 @@ TEST_P(PdTest, DeallocWithAhIsBusy) {
   ibv_ah_attr attr = loopback_ah_attr();
   ibv_ah* ah = ibv_create_ah(pd.get(), &attr);
   ASSERT_NE(ah, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -119,7 +125,9 @@ TEST_P(PdTest, DeallocWithSrqIsBusy) {
   attr.attr.max_sge = 1;
   ibv_srq* srq = ibv_create_srq(pd.get(), &attr);
   ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
