@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/identity.hpp"
 #include "emu/memory/user_range.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
@@ -620,13 +621,16 @@ int EmuProvider::init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc*
 int EmuProvider::resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6], uint16_t* vid) {
   ibv_gid sgid;
   if (int err = query_gid(context, attr->port_num, attr->grh.sgid_index, &sgid)) return err;
-  // Emulated devices derive their MAC from their IPv4 address (see Device).
+  // Emulated devices derive their MAC from their IPv4 address (identity_of):
+  // from an IPv4-mapped DGID, or from a device's link-local one.
   const uint8_t* d = attr->grh.dgid.raw;
   static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(d, v4mapped, 12) != 0) return -EINVAL;
-  eth_mac[0] = 0x02;
-  eth_mac[1] = 0x00;
-  std::memcpy(eth_mac + 2, d + 12, 4);
+  in_addr peer{};
+  if (std::memcmp(d, v4mapped, 12) == 0)
+    std::memcpy(&peer.s_addr, d + 12, 4);
+  else if (!addr_of_port_gid(attr->grh.dgid, &peer))
+    return -EINVAL;
+  std::memcpy(eth_mac, identity_of(peer).mac, 6);
   if (vid) *vid = 0xffff;  // no VLAN
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/identity.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
@@ -57,13 +58,21 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
       std::memcpy(&out->s_addr, g + 12, 4);
       return true;
     }
+    // The fe80::/64 GID of an emulated port: on InfiniBand its port GID, on RoCE
+    // its link-local GID (entry 0, what ibv_rc_pingpong -g 0 and programs taking
+    // the first GID use). A real RoCE device routes a link-local GID to the
+    // neighbour owning its MAC; here the MAC, and so the GUID, carries the peer's
+    // address, which reaches it as the IPv4-mapped GID does, in this process or
+    // another. The packets still travel as RoCEv2 over IPv4.
+    if (addr_of_port_gid(av.grh.dgid, out)) return true;
     if (dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) {
-      // An IB GID of an emulated port: its GUID carries the address (Device).
+      // Any other fe80::/64 GID on InfiniBand: the GUID's address bytes, as
+      // emulated IB ports have always been addressed.
       uint8_t b[4] = {g[10], g[13], g[14], g[15]};
       std::memcpy(&out->s_addr, b, 4);
       return true;
     }
-    return false;  // IPv6 destinations are not supported
+    return false;  // other IPv6 destinations are not supported
   }
   *out = dev.addr_of_lid(av.dlid);
   return true;

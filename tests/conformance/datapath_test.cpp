@@ -117,6 +117,26 @@ TEST_P(OpsTest, ZeroLengthRegionServesZeroLengthOperations) {
   p.reset();
 }
 
+// GID index 0 of a RoCE port is its link-local GID (fe80::/64, listed as RoCE
+// v2): programs that take the first GID of the port (ibv_rc_pingpong -g 0)
+// connect RC with it as SGID and the peer's as DGID, and traffic flows.
+TEST_P(OpsTest, RcOverTheLinkLocalGid) {
+  if (!is_ethernet()) GTEST_SKIP() << "InfiniBand port";
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, kPort, 0, &e, 0), 0);
+  if (e.gid.raw[0] != 0xfe || (e.gid.raw[1] & 0xc0) != 0x80) GTEST_SKIP() << "GID 0 is not link-local";
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  sgid_index_ = 0;  // loopback_ah_attr() addresses the port through it
+  sgid_ = e.gid;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(PairOptions{}, &p));
+  ASSERT_NO_FATAL_FAILURE(transfer(p, Op::kSend, src_, dst_, 3000, 1));
+  ASSERT_NO_FATAL_FAILURE(transfer(p, Op::kWrite, src_, dst_, 5000, 2));
+  ASSERT_NO_FATAL_FAILURE(transfer(p, Op::kRead, src_, dst_, 700, 3));
+  expect_idle(p);
+  p.reset();
+}
+
 void OpsTest::transfer(Pair& p, Op op, Region& src, Region& dst, size_t len, uint32_t seed) {
   SCOPED_TRACE(std::string(op_name(op)) + " of " + std::to_string(len) + " bytes");
   ASSERT_LE(len + kGuard, std::min(src.size(), dst.size()));
