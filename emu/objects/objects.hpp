@@ -293,6 +293,7 @@ class Context {
   void forget_async_events(const void* obj);
 
   UseCount users;  // every object created on the context
+  HandleTable handles;  // the numbers of the objects created on the context
 
  private:
   Handle<verbs_context, Context> handle_;

@@ -230,6 +230,7 @@ ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* 
     }
   }
   auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags);
+  cq->ibv()->handle = ctx.handles.add(ObjectType::cq, cq->ibv());
   if (channel) {
     pthread_mutex_lock(&ctx.ibv()->mutex);
     ++channel->refcnt;
