@@ -30,6 +30,14 @@ T* fail(int err) {
 
 bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
 
+// A refusal the kernel makes: rdma-core returns the command's errno and leaves it
+// in errno too (execute_ioctl returns errno after the failed ioctl), so callers
+// that read errno after a destroy see it.
+int kernel_error(int err) {
+  errno = err;
+  return err;
+}
+
 // Access flags rules of the verbs spec (and the kernel's ib_check_mr_access):
 // remote write and remote atomic need local write.
 // After a fatal error (the fault layer's device_fatal) the device takes no new
@@ -37,11 +45,23 @@ bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
 // failed ConnectX do; destroying and querying still work.
 bool failed(ibv_context* context) { return Context::from(context)->device().fatal(); }
 
+// The kernel's lookup of the object a command names by its number
+// (HandleTable::check): 0, ENOENT or EINVAL. Commands that name objects through
+// ioctl attributes (every destroy, create_qp, create_srq, rereg_mr in rdma-core 44)
+// return that errno; the older write commands (reg_mr, modify_qp, query_qp,
+// resize_cq, modify_srq, query_srq, create_ah, attach_mcast, detach_mcast) turn
+// any failure into EINVAL (uobj_get_obj_read gives NULL).
+int lookup(ibv_context* context, ObjectType type, const void* pub, uint32_t handle) {
+  return Context::from(context)->handles.check(type, pub, handle);
+}
+int lookup_write(ibv_context* context, ObjectType type, const void* pub, uint32_t handle) {
+  return lookup(context, type, pub, handle) ? EINVAL : 0;
+}
+
 int check_access(unsigned access) {
   if (access & ~(caps::kSupportedAccess | IBV_ACCESS_MW_BIND)) {
     if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;  // no ODP capability
-    if (access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)) return EINVAL;
-    return EINVAL;
+    return EINVAL;  // ZERO_BASED, HUGETLB and undefined bits
   }
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
@@ -252,14 +272,17 @@ ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
   if (failed(context)) return fail<ibv_pd>(EIO);
   Context* ctx = Context::from(context);
   auto pd = std::make_unique<Pd>(*ctx);
+  pd->ibv()->handle = ctx->handles.add(ObjectType::pd, pd->ibv());
   ctx->users.get();
   return pd.release()->ibv();
 }
 
 int EmuProvider::dealloc_pd(ibv_pd* pd) {
+  if (int err = lookup(pd->context, ObjectType::pd, pd, pd->handle)) return kernel_error(err);
   Pd* p = Pd::from(pd);
-  if (p->users.busy()) return EBUSY;
+  if (p->users.busy()) return kernel_error(EBUSY);
   Context& ctx = p->context();
+  ctx.handles.remove(pd->handle);
   delete p;
   ctx.users.put();
   return 0;
@@ -267,21 +290,29 @@ int EmuProvider::dealloc_pd(ibv_pd* pd) {
 
 ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
   if (failed(pd->context)) return fail<ibv_mr>(EIO);
+  if (int err = lookup_write(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_mr>(err);
   // IBV_ACCESS_OPTIONAL_RANGE bits are hints the device may ignore.
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if (int err = check_access(access)) return fail<ibv_mr>(err);
-  if (length == 0 || length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  if (length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  // A zero-length region is accepted as the kernel's ib_umem_get accepts it: when
+  // the (empty) range still lies in a page, i.e. addr is not page-aligned, that page
+  // is pinned; at a page boundary it spans no page and is EINVAL (npages == 0).
+  const uint64_t page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (length == 0 && (reinterpret_cast<uintptr_t>(addr) & (page_size - 1)) == 0) return fail<ibv_mr>(EINVAL);
   // The I/O virtual address must keep the buffer's offset within its page
   // (ib_uverbs_reg_mr).
-  const uint64_t page_mask = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) - 1;
+  const uint64_t page_mask = page_size - 1;
   if ((reinterpret_cast<uintptr_t>(addr) ^ iova) & page_mask) return fail<ibv_mr>(EINVAL);
-  if (int err = check_user_range(addr, length, (access & IBV_ACCESS_LOCAL_WRITE) != 0)) return fail<ibv_mr>(err);
+  // The pinned pages must be mapped: for a zero-length region, the page holding addr.
+  if (int err = check_user_range(addr, length ? length : 1, (access & IBV_ACCESS_LOCAL_WRITE) != 0))
+    return fail<ibv_mr>(err);
   Pd* p = Pd::from(pd);
   auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
   uint32_t key = p->context().device().register_mr(mr.get());
   mr->ibv()->lkey = key;
   mr->ibv()->rkey = key;
-  mr->ibv()->handle = key;
+  mr->ibv()->handle = p->context().handles.add(ObjectType::mr, mr->ibv());
   p->users.get();
   return mr.release()->ibv();
 }
@@ -301,6 +332,9 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
     return static_cast<int>(IBV_REREG_MR_ERR_CMD);
   };
   if (flags == 0) return cmd_error(EINVAL);
+  if (int err = lookup(mr->context, ObjectType::mr, mr, mr->handle)) return cmd_error(err);
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && pd && lookup_write(pd->context, ObjectType::pd, pd, pd->handle))
+    return cmd_error(EINVAL);
   Mr* m = Mr::from(mr);
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return cmd_error(EINVAL);
   Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? Pd::from(pd) : m->pd();
@@ -329,10 +363,12 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
 }
 
 int EmuProvider::dereg_mr(ibv_mr* mr) {
+  if (int err = lookup(mr->context, ObjectType::mr, mr, mr->handle)) return kernel_error(err);
   Mr* m = Mr::from(mr);
   Pd* pd = m->pd();
   // A region with windows bound to it stays (IBTA 10.6.7.2.6; EINVAL as rxe).
   if (int err = pd->context().device().deregister_mr(m)) return err;
+  pd->context().handles.remove(mr->handle);
   delete m;
   pd->users.put();
   return 0;
@@ -347,12 +383,17 @@ ibv_cq* EmuProvider::create_cq(ibv_context* context, int cqe, void* cq_context, 
   return cq ? ibv_cq_ex_to_cq(cq) : nullptr;
 }
 
-int EmuProvider::resize_cq(ibv_cq* cq, int cqe) { return Cq::from(cq)->resize(cqe); }
+int EmuProvider::resize_cq(ibv_cq* cq, int cqe) {
+  if (int err = lookup_write(cq->context, ObjectType::cq, cq, cq->handle)) return kernel_error(err);
+  return Cq::from(cq)->resize(cqe);
+}
 
 int EmuProvider::destroy_cq(ibv_cq* cq) {
+  if (int err = lookup(cq->context, ObjectType::cq, cq, cq->handle)) return kernel_error(err);
   Cq* c = Cq::from(cq);
-  if (c->users.busy()) return EBUSY;
+  if (c->users.busy()) return kernel_error(EBUSY);
   Context& ctx = c->context();
+  ctx.handles.remove(cq->handle);
   if (CompChannel* ch = c->channel()) ch->forget(c);
   ctx.forget_async_events(cq);
   wait_events_acked(&cq->mutex, &cq->cond, &cq->comp_events_completed, &c->comp_events_reported);
@@ -371,6 +412,7 @@ int EmuProvider::destroy_cq(ibv_cq* cq) {
 
 ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   if (failed(pd->context)) return fail<ibv_srq>(EIO);
+  if (int err = lookup(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_srq>(err);
   const ibv_srq_attr& a = attr->attr;
   if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(caps::kMaxSrqWr) ||
       a.max_sge > static_cast<uint32_t>(caps::kMaxSrqSge))
@@ -381,22 +423,27 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   // The caller learns the actual sizes.
   attr->attr.max_wr = a.max_wr;
   attr->attr.max_sge = max_sge;
+  srq->ibv()->handle = p->context().handles.add(ObjectType::srq, srq->ibv());
   p->users.get();
   return srq.release()->ibv();
 }
 
 int EmuProvider::modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int attr_mask) {
+  if (int err = lookup_write(srq->context, ObjectType::srq, srq, srq->handle)) return kernel_error(err);
   return Srq::from(srq)->modify(attr, attr_mask);
 }
 
 int EmuProvider::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  if (int err = lookup_write(srq->context, ObjectType::srq, srq, srq->handle)) return kernel_error(err);
   Srq::from(srq)->query(attr);
   return 0;
 }
 
 int EmuProvider::destroy_srq(ibv_srq* srq) {
+  if (int err = lookup(srq->context, ObjectType::srq, srq, srq->handle)) return kernel_error(err);
   Srq* s = Srq::from(srq);
-  if (s->users.busy()) return EBUSY;
+  if (s->users.busy()) return kernel_error(EBUSY);
+  s->context().handles.remove(srq->handle);
   s->context().forget_async_events(srq);
   wait_events_acked(&srq->mutex, &srq->cond, &srq->events_completed, &s->events.reported);
   Pd& pd = s->pd();
@@ -410,14 +457,13 @@ int EmuProvider::destroy_srq(ibv_srq* srq) {
 ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) { return create_qp_common(pd, attr, false); }
 
 // ibv_create_qp_ex beyond the PD-only form (which rdma-core's inline verb sends to
-// ibv_create_qp): only IBV_QP_INIT_ATTR_SEND_OPS_FLAGS is offered. The send ops
+// ibv_create_qp): creation flags as check_create_qp_ex allows them, and
+// IBV_QP_INIT_ATTR_SEND_OPS_FLAGS (the ibv_wr_* API). The send ops
 // are checked as mlx5 checks them (mlx5_qp_fill_wr_pfns): a bit its QP type does
 // not take, TSO and atomic write included, gives EOPNOTSUPP.
 ibv_qp* EmuProvider::create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  constexpr uint32_t kOffered = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if (attr->comp_mask & ~kOffered) return fail<ibv_qp>(EOPNOTSUPP);  // XRC, create flags, RSS, TSO header
-  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
-    return fail<ibv_qp>(EINVAL);
+  if (int err = check_create_qp_ex(*attr)) return fail<ibv_qp>(err);  // XRC, RSS, creation flags, ...
+  if (attr->pd->context != context) return fail<ibv_qp>(EINVAL);
   const bool extended = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   const uint64_t supported = supported_send_ops(attr->qp_type);
   if (extended && supported && (attr->send_ops_flags & ~supported)) return fail<ibv_qp>(EOPNOTSUPP);
@@ -442,6 +488,12 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
   if (!attr->send_cq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
   if (attr->send_cq->context != ctx.ibv() || attr->recv_cq->context != ctx.ibv()) return fail<ibv_qp>(EINVAL);
   if (attr->srq && attr->srq->context != ctx.ibv()) return fail<ibv_qp>(EINVAL);
+  // The kernel finds the PD, the CQs and the SRQ by their numbers.
+  if (int err = lookup(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_qp>(err);
+  for (ibv_cq* cq : {attr->send_cq, attr->recv_cq})
+    if (int err = lookup(pd->context, ObjectType::cq, cq, cq->handle)) return fail<ibv_qp>(err);
+  if (attr->srq)
+    if (int err = lookup(pd->context, ObjectType::srq, attr->srq, attr->srq->handle)) return fail<ibv_qp>(err);
   ibv_qp_cap& cap = attr->cap;
   if (cap.max_send_wr > static_cast<uint32_t>(caps::kMaxQpWr) ||
       cap.max_send_sge > static_cast<uint32_t>(caps::kMaxSge) || cap.max_inline_data > caps::kMaxInlineData)
@@ -454,6 +506,7 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
   if (extended) qp->make_extended();
   qp->set_qpn(ctx.device().register_qp(qp.get()));
   cap = qp->cap();  // the actual capabilities
+  qp->ibv()->handle = ctx.handles.add(ObjectType::qp, qp->ibv());
   p->users.get();
   Cq::from(attr->send_cq)->users.get();
   Cq::from(attr->recv_cq)->users.get();
@@ -467,19 +520,23 @@ ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp* qp) {
 }
 
 int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   if (failed(qp->context)) return EIO;
   return Qp::from(qp)->modify(attr, attr_mask);
 }
 
 int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   return Qp::from(qp)->query(attr, attr_mask, init_attr);
 }
 
 int EmuProvider::destroy_qp(ibv_qp* qp) {
+  if (int err = lookup(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   Qp* q = Qp::from(qp);
   Context& ctx = q->context();
   // The kernel refuses to destroy a QP still attached to a multicast group.
-  if (ctx.device().mcast_attached(q->qpn())) return EBUSY;
+  if (ctx.device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
+  ctx.handles.remove(qp->handle);
   ctx.device().unregister_qp(q->qpn());
   q->shutdown();
   ctx.forget_async_events(qp);
@@ -523,6 +580,7 @@ static int check_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
 
 int EmuProvider::attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
   if (failed(qp->context)) return EIO;
+  if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return err;
   if (int err = check_mcast(qp, gid, lid)) return err;
   Qp* q = Qp::from(qp);
   return q->context().device().attach_mcast(q->qpn(), *gid, lid);
@@ -531,6 +589,7 @@ int EmuProvider::attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
 int EmuProvider::detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
   // uverbs looks the pair up in the QP's list first: not attached is EINVAL.
   if (!gid) return EINVAL;
+  if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return err;
   Qp* q = Qp::from(qp);
   return q->context().device().detach_mcast(q->qpn(), *gid, lid);
 }
@@ -540,15 +599,19 @@ int EmuProvider::detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
 ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (failed(pd->context)) return fail<ibv_ah>(EIO);
   Pd* p = Pd::from(pd);
+  if (int err = lookup_write(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_ah>(err);
   if (int err = check_ah_attr(p->context(), *attr)) return fail<ibv_ah>(err);
   auto ah = std::make_unique<Ah>(*p, *attr);
+  ah->ibv()->handle = p->context().handles.add(ObjectType::ah, ah->ibv());
   p->users.get();
   return ah.release()->ibv();
 }
 
 int EmuProvider::destroy_ah(ibv_ah* ah) {
+  if (int err = lookup(ah->context, ObjectType::ah, ah, ah->handle)) return kernel_error(err);
   Ah* a = Ah::from(ah);
   Pd& pd = a->pd();
+  pd.context().handles.remove(ah->handle);
   delete a;
   pd.users.put();
   return 0;
@@ -634,18 +697,17 @@ int EmuProvider::init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc*
 int EmuProvider::resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[6], uint16_t* vid) {
   ibv_gid sgid;
   if (int err = query_gid(context, attr->port_num, attr->grh.sgid_index, &sgid)) return err;
-  // Emulated devices derive their MAC from their IPv4 address (see Device).
+  // Emulated devices derive their MAC from their IPv4 address (identity_of):
+  // from an IPv4-mapped DGID, or from a device's link-local one.
   const uint8_t* d = attr->grh.dgid.raw;
   static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   in_addr peer{};
-  if (std::memcmp(d, v4mapped, 12) == 0) {
+  if (std::memcmp(d, v4mapped, 12) == 0)
     std::memcpy(&peer.s_addr, d + 12, 4);
-  } else if (!ipv4_in_ipv6(d, &peer)) {  // a device's IPv6 GID carries the same address
+  else if (!ipv4_in_ipv6(d, &peer) &&  // a device's IPv6 GID carries the same address
+           !addr_of_port_gid(attr->grh.dgid, &peer))
     return -EINVAL;
-  }
-  eth_mac[0] = 0x02;
-  eth_mac[1] = 0x00;
-  std::memcpy(eth_mac + 2, &peer.s_addr, 4);
+  std::memcpy(eth_mac, identity_of(peer).mac, 6);
   if (vid) *vid = 0xffff;  // no VLAN
   return 0;
 }

@@ -159,7 +159,6 @@ int EmuCm::create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
   if ((id->pub.recv_cq && attr->recv_cq && id->pub.recv_cq != attr->recv_cq) ||
       (id->pub.send_cq && attr->send_cq && id->pub.send_cq != attr->send_cq))
     return fail(EINVAL);
-  if (attr->comp_mask & ~(IBV_QP_INIT_ATTR_PD)) return fail(EOPNOTSUPP);  // extended QPs: not emulated
   EmuProvider& p = EmuProvider::instance();
   ibv_context* ctx = id->pub.verbs;
   // The CQs librdmacm makes for an id whose application gives none, each on
@@ -183,11 +182,18 @@ int EmuCm::create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
   if (!attr->recv_cq) attr->recv_cq = id->pub.recv_cq;
   if (id->pub.srq && !attr->srq) attr->srq = id->pub.srq;
   {
-    ibv_qp_init_attr plain{};
-    std::memcpy(&plain, attr, sizeof plain);
-    ibv_qp* qp = p.create_qp(attr->pd, &plain);
+    ibv_qp* qp = nullptr;
+    if (attr->comp_mask & ~static_cast<uint32_t>(IBV_QP_INIT_ATTR_PD)) {
+      // Send ops flags (the ibv_wr_* API) or creation flags: the verbs' own
+      // ibv_create_qp_ex checks them and writes the capabilities back.
+      qp = p.create_qp_ex(ctx, attr);
+    } else {
+      ibv_qp_init_attr plain{};
+      std::memcpy(&plain, attr, sizeof plain);
+      qp = p.create_qp(attr->pd, &plain);
+      if (qp) std::memcpy(attr, &plain, sizeof plain);  // the capabilities the QP got
+    }
     if (!qp) goto fail_cqs;
-    std::memcpy(attr, &plain, sizeof plain);  // the capabilities the QP got
     id->pub.qp = qp;
     ibv_qp_attr qa;
     int mask;

@@ -84,9 +84,11 @@ inline constexpr uint8_t kMaxVlNum = 4;
 inline constexpr uint8_t kSubnetTimeout = 18;
 inline constexpr uint16_t kSmLid = 1;
 
-// Memory registration access flags the device understands.
+// Memory registration access flags the device understands. MW_BIND only allows
+// memory windows to be bound to the region later (IBTA 10.6.7.2.1); the kernel's
+// ib_check_mr_access accepts it with no other requirement.
 inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                             IBV_ACCESS_RELAXED_ORDERING;
+                                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
 
 }  // namespace softverbs::emu::caps

@@ -71,6 +71,17 @@ bool gid_of(LinkLayer ll, in_addr addr, uint32_t index, ibv_gid* gid, ibv_gid_ty
   return true;
 }
 
+bool addr_of_port_gid(const ibv_gid& gid, in_addr* addr) {
+  // fe80:0000:0000:0000 then the EUI-64 of 02:00:a:b:c:d, which is
+  // 00:00:a:ff:fe:b:c:d (identity_of).
+  static const uint8_t head[11] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x00};
+  const uint8_t* g = gid.raw;
+  if (std::memcmp(g, head, 10) != 0 || g[11] != 0xff || g[12] != 0xfe) return false;
+  const uint8_t b[4] = {g[10], g[13], g[14], g[15]};
+  std::memcpy(&addr->s_addr, b, 4);
+  return true;
+}
+
 std::string guid_str(uint64_t g) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%04x:%04x:%04x:%04x", static_cast<unsigned>((g >> 48) & 0xffff),

@@ -39,6 +39,10 @@ bool ipv4_in_ipv6(const uint8_t raw[16], in_addr* out);
 // InfiniBand: 0 is fe80::/64 + the GUID.
 int gid_count(LinkLayer ll);
 bool gid_of(LinkLayer ll, in_addr addr, uint32_t index, ibv_gid* gid, ibv_gid_type* type);
+// The inverse for the fe80::/64 GID of an emulated port (entry 0 of either link
+// layer): the address its GUID carries. False for any other GID, so that only
+// GIDs an emulated device on this host can own resolve.
+bool addr_of_port_gid(const ibv_gid& gid, in_addr* addr);
 
 // "xxxx:xxxx:xxxx:xxxx", as the kernel prints node_guid.
 std::string guid_str(uint64_t guid);

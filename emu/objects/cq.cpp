@@ -77,7 +77,12 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
   {
     std::lock_guard lock(mu_);
     if (overrun_) return false;  // a CQ in error takes no more completions
-    if (tail_ - head_ >= ring_.size()) {
+    if (tail_ - head_ >= ring_.size() && ignore_overrun_) {
+      // With overrun checking off (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) the device
+      // writes on into its ring as ConnectX does: the oldest unpolled entry is
+      // overwritten, and the CQ reports nothing.
+      ++head_;
+    } else if (tail_ - head_ >= ring_.size()) {
       // Overrun (IBTA 11.4.2.1): the CQ goes to the error state, reported once by
       // an affiliated asynchronous error. What it holds can still be polled.
       overrun_ = true;

@@ -1,14 +1,24 @@
-// How emulated objects carry the public rdma-core structs.
+// How emulated objects carry the public rdma-core structs, and the object
+// numbers those structs hold in their `handle` field.
 //
 // The application holds pointers to the public structs (ibv_qp, ibv_cq, ...). Each
 // emulated object keeps its public struct inside a Handle: the public struct first,
 // then a back pointer to the owning C++ object. A Handle is standard-layout, so a
 // pointer to it is a pointer to its first member and back; the C++ object around it
 // is free to hold any members it needs.
+//
+// Each context numbers its objects as the kernel's uverbs file does (HandleTable),
+// and the verbs the kernel would serve look the object up by its number before
+// they touch it, so a destroyed or garbled struct is refused with the kernel's
+// errno instead of being acted on.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <set>
 #include <type_traits>
+#include <vector>
 
 namespace softverbs::emu {
 
@@ -29,5 +39,34 @@ template <class Outer, class Inner>
 Outer* outer_of(Inner* inner, std::size_t member_offset) noexcept {
   return reinterpret_cast<Outer*>(reinterpret_cast<char*>(inner) - member_offset);
 }
+
+// The kinds of objects the kernel keeps in a context's object table.
+enum class ObjectType : uint8_t { pd, mr, cq, srq, qp, ah };
+
+// A context's object numbers: the kernel's per-file uverbs table (an xarray
+// allocating the lowest free number, shared by every object type;
+// rdma_core.c alloc_begin_idr_uobject). A verb the kernel serves finds its
+// object by the number in the public struct's `handle` (rdma_lookup_get_uobject).
+class HandleTable {
+ public:
+  // Gives pub the lowest free number.
+  uint32_t add(ObjectType type, const void* pub);
+  // The number is free again (the object is destroyed).
+  void remove(uint32_t handle);
+  // Whether pub's `handle` names pub, of that type: 0, ENOENT when no object has
+  // that number, EINVAL when an object of another type has it (as the kernel
+  // answers both), and EINVAL too when another object of the same type has it,
+  // where the kernel would act on that other object.
+  int check(ObjectType type, const void* pub, uint32_t handle) const;
+
+ private:
+  struct Entry {
+    const void* pub = nullptr;  // null: free
+    ObjectType type = ObjectType::pd;
+  };
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;  // indexed by number
+  std::set<uint32_t> free_;     // free numbers below entries_.size()
+};
 
 }  // namespace softverbs::emu

@@ -309,6 +309,7 @@ class Context {
   void forget_async_events(const void* obj);
 
   UseCount users;  // every object created on the context
+  HandleTable handles;  // the numbers of the objects created on the context
 
  private:
   Handle<verbs_context, Context> handle_;
@@ -437,6 +438,8 @@ class Cq {
   const ibv_wc& current() const { return current_.wc; }
   uint64_t current_timestamp_ns() const { return current_.timestamp_ns; }
   uint64_t wc_flags() const { return wc_flags_; }  // the ibv_cq_init_attr_ex wc_flags
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: a full CQ never goes to the error state.
+  void set_ignore_overrun() { ignore_overrun_ = true; }
 
   // Completion events read by ibv_get_cq_event (destroy waits for their acks).
   uint32_t comp_events_reported = 0;  // guarded by the public struct's mutex
@@ -460,6 +463,7 @@ class Cq {
   uint64_t head_ = 0, tail_ = 0;
   int armed_ = 0;  // 0: not armed, 1: next completion, 2: solicited only
   bool overrun_ = false;
+  bool ignore_overrun_ = false;  // set once, before the application has the CQ
   uint64_t wc_flags_ = 0;
   struct Delayed {
     std::chrono::steady_clock::time_point due;

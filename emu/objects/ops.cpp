@@ -1,3 +1,4 @@
+// The function pointers rdma-core's inline verbs jump through (ops.hpp).
 #include "emu/objects/ops.hpp"
 
 #include <dlfcn.h>
@@ -14,9 +15,24 @@
 namespace softverbs::emu {
 namespace {
 
-// Completion-queue entry fields an extended CQ can report.
+// Completion-queue entry fields an extended CQ can report: mlx5's
+// CREATE_CQ_SUPPORTED_WC_FLAGS. Each has a reader that returns what the device
+// knows: the completion time, and for the customer VLAN, the flow tag and the
+// tag-matching info zero, as the device strips no VLAN, steers no flows and
+// matches no tags.
 constexpr uint64_t kSupportedWcFlags = uint64_t{IBV_WC_STANDARD_FLAGS} | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                       IBV_WC_EX_WITH_CVLAN | IBV_WC_EX_WITH_FLOW_TAG | IBV_WC_EX_WITH_TM_INFO |
                                        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+// mlx5's CREATE_CQ_SUPPORTED_FLAGS.
+constexpr uint32_t kSupportedCqFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+// The ibv_qp_init_attr_ex comp_mask bits mlx5 knows (MLX5_CREATE_QP_SUP_COMP_MASK),
+// and the creation flags libibverbs passes on (CREATE_QP_EX_SUP_CREATE_FLAGS).
+constexpr uint32_t kMlx5QpCompMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                                     IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE |
+                                     IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+constexpr uint32_t kKnownQpCreateFlags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB | IBV_QP_CREATE_SCATTER_FCS |
+                                         IBV_QP_CREATE_CVLAN_STRIPPING | IBV_QP_CREATE_SOURCE_QPN |
+                                         IBV_QP_CREATE_PCI_WRITE_END_PADDING;
 // Timestamps are nanoseconds: the "HCA core clock" runs at 1 GHz (in kHz below).
 constexpr uint64_t kHcaCoreClockKhz = 1000000;
 
@@ -55,8 +71,8 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+  const uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
+  if (flags & ~kSupportedCqFlags) {
     errno = EINVAL;  // as ConnectX
     return nullptr;
   }
@@ -64,8 +80,10 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
     errno = EINVAL;
     return nullptr;
   }
-  return create_cq(*Context::from(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                   static_cast<int>(attr->comp_vector), attr->wc_flags);
+  ibv_cq_ex* cq = create_cq(*Context::from(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                            static_cast<int>(attr->comp_vector), attr->wc_flags);
+  if (cq && (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) Cq::from(cq)->set_ignore_overrun();
+  return cq;
 }
 
 // Reached from the application's inline ibv_create_cq_ex: no exception may
@@ -94,6 +112,20 @@ ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return nullptr;
 }
 
+// ibv_query_rt_values_ex: the raw clock is the one completion timestamps are
+// read from (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP), in cycles of the 1 GHz core
+// clock query_device_ex reports; as mlx5, the cycles go in tv_nsec.
+int op_query_rt_values(ibv_context* context, ibv_values_ex* values) {
+  uint32_t done = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(to_ns(Context::from(context)->device().clock().wall_now()));
+    done |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = done;
+  return 0;
+}
+
 // ---- ibv_cq_ex readers ------------------------------------------------------
 
 int cqx_start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
@@ -115,8 +147,39 @@ uint8_t cqx_read_sl(ibv_cq_ex* cq) { return Cq::from(cq)->current().sl; }
 uint8_t cqx_read_dlid_path_bits(ibv_cq_ex* cq) { return Cq::from(cq)->current().dlid_path_bits; }
 uint64_t cqx_read_completion_ts(ibv_cq_ex* cq) { return Cq::from(cq)->current_timestamp_ns(); }
 uint64_t cqx_read_completion_wallclock_ns(ibv_cq_ex* cq) { return Cq::from(cq)->current_timestamp_ns(); }
+uint16_t cqx_read_cvlan(ibv_cq_ex*) { return 0; }
+uint32_t cqx_read_flow_tag(ibv_cq_ex*) { return 0; }
+void cqx_read_tm_info(ibv_cq_ex*, ibv_wc_tm_info* tm_info) { *tm_info = ibv_wc_tm_info{}; }
 
 }  // namespace
+
+// ibv_create_qp_ex's checks, in the order ConnectX's stack makes them: mlx5's
+// comp_mask, mlx5's source-QPN rule, libibverbs' known creation flags, then the
+// kernel's check_creation_flags (uverbs_std_types_qp.c: creation flags only on
+// UD and raw packet QPs, FCS scatter and VLAN stripping only on raw packet QPs)
+// and what mlx5_ib does with the rest on this device. 0 or the errno.
+int check_create_qp_ex(const ibv_qp_init_attr_ex& attr) {
+  const uint32_t mask = attr.comp_mask;
+  // mlx5 returns NULL for a bit it does not know without setting errno; EINVAL
+  // makes the answer deterministic.
+  if (mask & ~kMlx5QpCompMask) return EINVAL;
+  if ((mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr.qp_type != IBV_QPT_RAW_PACKET) return EINVAL;
+  // The device has no XRC domains or RSS.
+  if (mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)) return EOPNOTSUPP;
+  if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr.pd) return EINVAL;  // the kernel needs the PD of an RC/UC/UD QP
+  if (!(mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) || attr.create_flags == 0) return 0;
+  const uint32_t flags = attr.create_flags;
+  if ((flags & IBV_QP_CREATE_SOURCE_QPN) && attr.qp_type != IBV_QPT_UD) return EINVAL;
+  if (flags & ~kKnownQpCreateFlags) return EINVAL;
+  // The source QPN travels in an attribute of its own: the kernel's check sees the rest.
+  const uint32_t kernel_flags = flags & ~static_cast<uint32_t>(IBV_QP_CREATE_SOURCE_QPN);
+  if (kernel_flags && attr.qp_type != IBV_QPT_UD) return EINVAL;
+  if (kernel_flags & (IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING)) return EINVAL;
+  // A UD QP: no underlay QPN and no multicast loopback blocking on this device;
+  // end-of-write padding is a PCIe hint with nothing to pad here.
+  if (flags & (IBV_QP_CREATE_SOURCE_QPN | IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)) return EOPNOTSUPP;
+  return 0;
+}
 
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) {
   if (port_num < 1 || port_num > caps::kPhysPortCnt) return EINVAL;
@@ -156,6 +219,7 @@ ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* 
     }
   }
   auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags);
+  cq->ibv()->handle = ctx.handles.add(ObjectType::cq, cq->ibv());
   if (channel) {
     pthread_mutex_lock(&ctx.ibv()->mutex);
     ++channel->refcnt;
@@ -179,6 +243,7 @@ void install_context_ops(verbs_context* vctx) {
   vctx->query_device_ex = query_device_ex;
   vctx->create_cq_ex = op_create_cq_ex;
   vctx->create_qp_ex = op_create_qp_ex;
+  vctx->query_rt_values = op_query_rt_values;
   // Binaries built against libibverbs 1.1.x reach these compatibility slots.
   vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
       dlsym(RTLD_DEFAULT, "ibv_query_port"));
@@ -202,6 +267,9 @@ void install_cq_ex_ops(ibv_cq_ex* cq) {
   cq->read_dlid_path_bits = cqx_read_dlid_path_bits;
   cq->read_completion_ts = cqx_read_completion_ts;
   cq->read_completion_wallclock_ns = cqx_read_completion_wallclock_ns;
+  cq->read_cvlan = cqx_read_cvlan;
+  cq->read_flow_tag = cqx_read_flow_tag;
+  cq->read_tm_info = cqx_read_tm_info;
 }
 
 }  // namespace softverbs::emu

@@ -22,6 +22,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
                     size_t attr_size);
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
 
+// ibv_create_qp_ex's comp_mask and creation flags as ConnectX's stack checks
+// them (emu/objects/ops.cpp): 0 or the errno.
+int check_create_qp_ex(const ibv_qp_init_attr_ex& attr);
+
 // The memory window slots of ibv_context_ops (emu/objects/mw.cpp).
 ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int op_dealloc_mw(ibv_mw* mw);

@@ -69,14 +69,16 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
     // A device's IPv6 GID carries its IPv4 address, whose socket the packets
     // travel on (docs/wire.md §1).
     if (dev.link_layer() == LinkLayer::kEthernet && ipv4_in_ipv6(g, out)) return true;
-    // On RoCE, an emulated port's link-local GID: fe80::/64 and the EUI-64 of its
-    // MAC 02:00:a:b:c:d, which is 00:00:a:ff:fe:b:c:d (GID index 0, as rxe's).
-    const bool emulated_link_local = g[0] == 0xfe && g[1] == 0x80 && g[8] == 0 && g[9] == 0 && g[11] == 0xff &&
-                                     g[12] == 0xfe && std::all_of(g + 2, g + 8, [](uint8_t b) { return b == 0; });
-    if ((dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) || emulated_link_local) {
-      // An IB GID or RoCE link-local GID of an emulated port: its GUID carries the
-      // address (emu/device/identity.cpp). Packets go to that address over IPv4
-      // like every other (docs/wire.md §1).
+    // The fe80::/64 GID of an emulated port: on InfiniBand its port GID, on RoCE
+    // its link-local GID (entry 0, what ibv_rc_pingpong -g 0 and programs taking
+    // the first GID use). A real RoCE device routes a link-local GID to the
+    // neighbour owning its MAC; here the MAC, and so the GUID, carries the peer's
+    // address, which reaches it as the IPv4-mapped GID does, in this process or
+    // another. The packets still travel as RoCEv2 over IPv4.
+    if (addr_of_port_gid(av.grh.dgid, out)) return true;
+    if (dev.link_layer() == LinkLayer::kInfiniBand && g[0] == 0xfe && g[1] == 0x80) {
+      // Any other fe80::/64 GID on InfiniBand: the GUID's address bytes, as
+      // emulated IB ports have always been addressed.
       uint8_t b[4] = {g[10], g[13], g[14], g[15]};
       std::memcpy(&out->s_addr, b, 4);
       return true;

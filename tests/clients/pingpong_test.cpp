@@ -6,6 +6,7 @@
 // against each other and against the device softverbs reports (SOFTVERBS_LOG=info),
 // then the transfer line ("2*size*iters bytes in") and the packet counters the library
 // prints at exit.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -39,7 +40,19 @@ struct PingpongCase {
   bool events = false;
   bool check = false;       // -c: the receiver validates the buffer
   bool timestamps = false;  // -t: completion timestamps (ibv_create_cq_ex)
+  int gid_index = 1;        // -g on RoCE: 1 the IPv4-mapped GID, 0 the link-local one
 };
+
+// The link-local RoCE GID of the device at `address`: fe80:: and the EUI-64 of its
+// MAC 02:00:a:b:c:d, as inet_ntop prints it.
+std::string link_local_gid(const std::string& address) {
+  in_addr a{};
+  if (inet_pton(AF_INET, address.c_str(), &a) != 1) return "?";
+  const auto* b = reinterpret_cast<const uint8_t*>(&a.s_addr);
+  uint8_t raw[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x00, b[0], 0xff, 0xfe, b[1], b[2], b[3]};
+  char text[INET6_ADDRSTRLEN];
+  return inet_ntop(AF_INET6, raw, text, sizeof text) ? text : "?";
+}
 
 // "  local address:  LID 0x0000, QPN 0x496c00, PSN 0x34dd53, GID ::ffff:127.0.73.108"
 struct PingpongAddress {
@@ -102,7 +115,7 @@ class Pingpong : public ::testing::TestWithParam<PingpongCase> {
     const PingpongCase& c = GetParam();
     std::vector<std::string> v{
         path(), "-p", std::to_string(port), "-s", std::to_string(c.size), "-n", std::to_string(c.iters)};
-    if (c.link == Link::roce) v.insert(v.end(), {"-g", "1"});
+    if (c.link == Link::roce) v.insert(v.end(), {"-g", std::to_string(c.gid_index)});
     if (c.mtu) v.insert(v.end(), {"-m", std::to_string(c.mtu)});
     if (c.events) v.push_back("-e");
     if (c.check) v.push_back("-c");
@@ -154,8 +167,10 @@ TEST_P(Pingpong, ExchangesAndReports) {
          {std::tuple{"server", s.local[i], sdev}, std::tuple{"client", cl.local[i], cdev}}) {
       EXPECT_NE(a.qpn, 0u) << side;
       if (c.link == Link::roce) {
-        // GID index 1 is the IPv4-mapped RoCEv2 GID of the device's address; no LID on Ethernet.
-        EXPECT_EQ(a.gid, "::ffff:" + dev.address) << side << "\n" << r.describe();
+        // GID index 1 is the IPv4-mapped RoCEv2 GID of the device's address, index 0
+        // the link-local one of its MAC; no LID on Ethernet.
+        const std::string gid = c.gid_index == 0 ? link_local_gid(dev.address) : "::ffff:" + dev.address;
+        EXPECT_EQ(a.gid, gid) << side << "\n" << r.describe();
         EXPECT_EQ(a.lid, 0u) << side << "\n" << r.describe();
       } else {
         // No -g: addressed by LID alone (the program prints an all-zero GID).
@@ -223,7 +238,7 @@ std::vector<PingpongCase> cases() {
   std::vector<PingpongCase> v;
   auto add = [&](const char* name, const char* program, Link link, uint32_t size, uint32_t iters, uint32_t mtu,
                  bool events = false, bool check = false, bool timestamps = false) {
-    v.push_back({name, program, link, size, iters, mtu, events, check, timestamps});
+    v.push_back({name, program, link, size, iters, mtu, events, check, timestamps, 1});
   };
   for (const char* program : {"ibv_rc_pingpong", "ibv_uc_pingpong"}) {
     const bool rc = std::string(program) == "ibv_rc_pingpong";
@@ -240,6 +255,11 @@ std::vector<PingpongCase> cases() {
     add(rc ? "Rc_IbLidEventsValidate" : "Uc_IbLidEventsValidate", program, Link::ib, 5000, 100, 2048, true, true);
   }
   add("Rc_CompletionTimestamps", "ibv_rc_pingpong", Link::roce, 4096, 200, 0, false, false, true);
+  // -g 0: each side connects from its link-local GID to the other's.
+  add("Rc_LinkLocalGid", "ibv_rc_pingpong", Link::roce, 8000, 100, 0, false, true);
+  v.back().gid_index = 0;
+  add("Ud_LinkLocalGid", "ibv_ud_pingpong", Link::roce, 1024, 100, 0, false, true);
+  v.back().gid_index = 0;
   add("Srq_Size8000", "ibv_srq_pingpong", Link::roce, 8000, 200, 0);
   add("Srq_EventsValidate", "ibv_srq_pingpong", Link::roce, 4096, 100, 4096, true, true);
   add("Srq_IbLid", "ibv_srq_pingpong", Link::ib, 8000, 100, 0);

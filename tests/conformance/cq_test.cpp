@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 
+#include <chrono>
+
 #include "conformance.hpp"
 
 namespace conformance {
@@ -169,8 +171,12 @@ TEST_P(CqTest, DestroyWhileAQpUsesItIsBusy) {
   init.recv_cq = recv_cq.get();
   Qp qp = make_qp(init);
   ASSERT_TRUE(qp);
+  errno = 0;
   EXPECT_EQ(send_cq.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
+  errno = 0;
   EXPECT_EQ(recv_cq.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);
   EXPECT_EQ(qp.destroy(), 0);
   EXPECT_EQ(send_cq.destroy(), 0);
   EXPECT_EQ(recv_cq.destroy(), 0);
@@ -313,6 +319,90 @@ TEST_P(CqTest, CreateCqExFlagsTheDeviceMayNotSupport) {
   } else {
     EXPECT_EQ(errno, EOPNOTSUPP);
   }
+}
+
+// Every wc_flags bit ConnectX accepts (mlx5's CREATE_CQ_SUPPORTED_WC_FLAGS), and
+// each reader returning a real value: timestamps of the completion (the raw one
+// on the clock ibv_query_rt_values_ex reads, within the timestamp mask), no
+// VLAN, flow tag or tag-matching info on a flushed receive.
+TEST_P(CqTest, CreateCqExConnectXWcFlags) {
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = 16;
+  attr.wc_flags = uint64_t{IBV_WC_STANDARD_FLAGS} | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_CVLAN |
+                  IBV_WC_EX_WITH_FLOW_TAG | IBV_WC_EX_WITH_TM_INFO |
+                  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &attr);
+  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+  Cq cq(ibv_cq_ex_to_cq(cqx));
+  ibv_device_attr_ex dx{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dx), 0);
+  EXPECT_NE(dx.hca_core_clock, 0u);
+  EXPECT_NE(dx.completion_timestamp_mask, 0u);
+  ibv_values_ex before{};
+  before.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  ASSERT_EQ(ibv_query_rt_values_ex(ctx_, &before), 0);
+  EXPECT_EQ(before.comp_mask, uint32_t{IBV_VALUES_MASK_RAW_CLOCK});
+  Qp qp = make_qp(IBV_QPT_RC, cq.get());
+  ASSERT_TRUE(qp);
+  ASSERT_NO_FATAL_FAILURE(flush_receives(qp.get(), 1, 77));
+  ibv_poll_cq_attr pa{};
+  // The flush runs on the device's own time: poll until it is there (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kEventTimeoutMs);
+  int started = ENOENT;
+  while ((started = ibv_start_poll(cqx, &pa)) == ENOENT && std::chrono::steady_clock::now() < deadline) {
+  }
+  ASSERT_EQ(started, 0);
+  ibv_values_ex after{};
+  after.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  EXPECT_EQ(ibv_query_rt_values_ex(ctx_, &after), 0);
+  EXPECT_EQ(cqx->wr_id, 77u);
+  EXPECT_EQ(cqx->status, IBV_WC_WR_FLUSH_ERR);
+  const uint64_t ts = ibv_wc_read_completion_ts(cqx);
+  const uint64_t raw_before = static_cast<uint64_t>(before.raw_clock.tv_sec) * 1000000000u +
+                              static_cast<uint64_t>(before.raw_clock.tv_nsec);
+  const uint64_t raw_after = static_cast<uint64_t>(after.raw_clock.tv_sec) * 1000000000u +
+                             static_cast<uint64_t>(after.raw_clock.tv_nsec);
+  EXPECT_EQ(ts & ~dx.completion_timestamp_mask, 0u);
+  EXPECT_LE(raw_before & dx.completion_timestamp_mask, ts);
+  EXPECT_LE(ts, raw_after & dx.completion_timestamp_mask);
+  EXPECT_NE(ibv_wc_read_completion_wallclock_ns(cqx), 0u);
+  EXPECT_EQ(ibv_wc_read_cvlan(cqx), 0u);
+  EXPECT_EQ(ibv_wc_read_flow_tag(cqx), 0u);
+  ibv_wc_tm_info tm;
+  std::memset(&tm, 0xff, sizeof tm);
+  ibv_wc_read_tm_info(cqx, &tm);
+  EXPECT_EQ(tm.tag, 0u);
+  EXPECT_EQ(tm.priv, 0u);
+  ibv_end_poll(cqx);
+}
+
+// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (ConnectX accepts it): a CQ that takes more
+// completions than it holds reports no overrun (no IBV_EVENT_CQ_ERR) and its
+// QP does not fail (no IBV_EVENT_QP_FATAL); polling still works.
+TEST_P(CqTest, CreateCqExIgnoreOverrun) {
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = 1;
+  attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+  attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  attr.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &attr);
+  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+  Cq cq(ibv_cq_ex_to_cq(cqx));
+  Qp qp = make_qp(IBV_QPT_RC, cq.get());
+  ASSERT_TRUE(qp);
+  const int n = cq->cqe + 3;  // more flushed receives than the CQ holds
+  ASSERT_NO_FATAL_FAILURE(flush_receives(qp.get(), n, 500));
+  std::vector<ibv_wc> wc = poll_completions(cq.get(), 1);
+  ASSERT_FALSE(wc.empty());
+  EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR);
+  // No asynchronous event for the CQ or the QP within the quiet window.
+  ibv_async_event ev{};
+  if (softverbs::testkit::next_async_event(ctx_, &ev, 100)) {
+    ADD_FAILURE() << "unexpected async event " << ibv_event_type_str(ev.event_type);
+    ibv_ack_async_event(&ev);
+  }
+  wc = poll_completions(cq.get(), n, 100);  // whatever is left: at most the CQ's size
+  EXPECT_LE(static_cast<int>(wc.size()), cq->cqe);
 }
 
 TEST_P(CqTest, CreateCqExBadAttributes) {

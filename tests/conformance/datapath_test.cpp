@@ -84,6 +84,59 @@ class OpsTest : public DataPathTest {
 };
 CONFORMANCE_INSTANTIATE(OpsTest);
 
+// A zero-length region (the kernel accepts one that lies in a page: addr not
+// page-aligned) has keys that serve zero-length operations: an RDMA WRITE and an
+// RDMA READ of 0 bytes through its rkey complete. At a page boundary it spans no
+// page, and the kernel refuses it (EINVAL). The local side posts no SGE: a
+// zero-length SGE means 2 GiB to ConnectX.
+TEST_P(OpsTest, ZeroLengthRegionServesZeroLengthOperations) {
+  Buffer buf(4096);
+  errno = 0;
+  ibv_mr* aligned = ibv_reg_mr(pd_, buf.data(), 0, static_cast<int>(kAllAccess));
+  EXPECT_EQ(aligned, nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  if (aligned) ibv_dereg_mr(aligned);
+  Mr zero(ibv_reg_mr(pd_, buf.data() + 64, 0, static_cast<int>(kAllAccess)));
+  ASSERT_TRUE(zero) << std::strerror(errno);
+  EXPECT_EQ(zero->length, 0u);
+  EXPECT_EQ(zero->addr, buf.data() + 64);
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(PairOptions{}, &p));
+  uint64_t id = 100;
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ}) {
+    ibv_send_wr wr = send_wr(++id, op, nullptr, 0);
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf.data() + 64);
+    wr.wr.rdma.rkey = zero->rkey;
+    ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &wr));
+    std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 1);
+    ASSERT_EQ(wc.size(), 1u);
+    check_wc(wc[0], WcExpect(id, op == IBV_WR_RDMA_WRITE ? IBV_WC_RDMA_WRITE : IBV_WC_RDMA_READ, p.a.qpn()));
+  }
+  ASSERT_NO_FATAL_FAILURE(sync_after_uc_write(p, 1));
+  expect_idle(p);
+  p.reset();
+}
+
+// GID index 0 of a RoCE port is its link-local GID (fe80::/64, listed as RoCE
+// v2): programs that take the first GID of the port (ibv_rc_pingpong -g 0)
+// connect RC with it as SGID and the peer's as DGID, and traffic flows.
+TEST_P(OpsTest, RcOverTheLinkLocalGid) {
+  if (!is_ethernet()) GTEST_SKIP() << "InfiniBand port";
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, kPort, 0, &e, 0), 0);
+  if (e.gid.raw[0] != 0xfe || (e.gid.raw[1] & 0xc0) != 0x80) GTEST_SKIP() << "GID 0 is not link-local";
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  sgid_index_ = 0;  // loopback_ah_attr() addresses the port through it
+  sgid_ = e.gid;
+  Pair p;
+  ASSERT_NO_FATAL_FAILURE(make_pair(PairOptions{}, &p));
+  ASSERT_NO_FATAL_FAILURE(transfer(p, Op::kSend, src_, dst_, 3000, 1));
+  ASSERT_NO_FATAL_FAILURE(transfer(p, Op::kWrite, src_, dst_, 5000, 2));
+  ASSERT_NO_FATAL_FAILURE(transfer(p, Op::kRead, src_, dst_, 700, 3));
+  expect_idle(p);
+  p.reset();
+}
+
 void OpsTest::transfer(Pair& p, Op op, Region& src, Region& dst, size_t len, uint32_t seed) {
   SCOPED_TRACE(std::string(op_name(op)) + " of " + std::to_string(len) + " bytes");
   ASSERT_LE(len + kGuard, std::min(src.size(), dst.size()));

@@ -80,7 +80,9 @@ TEST_P(PdTest, DeallocWithMrIsBusy) {
   Mapping buf(page_size());
   ibv_mr* mr = ibv_reg_mr(pd.get(), buf.get(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -93,7 +95,9 @@ TEST_P(PdTest, DeallocWithQpIsBusy) {
   ibv_qp_init_attr init = qp_init_attr(IBV_QPT_RC, cq.get());
   ibv_qp* qp = ibv_create_qp(pd.get(), &init);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -106,7 +110,9 @@ TEST_P(PdTest, DeallocWithAhIsBusy) {
   ibv_ah_attr attr = loopback_ah_attr();
   ibv_ah* ah = ibv_create_ah(pd.get(), &attr);
   ASSERT_NE(ah, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -119,7 +125,9 @@ TEST_P(PdTest, DeallocWithSrqIsBusy) {
   attr.attr.max_sge = 1;
   ibv_srq* srq = ibv_create_srq(pd.get(), &attr);
   ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  errno = 0;
   EXPECT_EQ(pd.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
   EXPECT_EQ(pd.destroy(), 0);
 }
@@ -186,6 +194,30 @@ TEST_P(MrTest, RegMrSubRangeNotPageAligned) {
   ASSERT_TRUE(mr) << std::strerror(errno);
   EXPECT_EQ(mr->addr, buf.bytes() + 100);
   EXPECT_EQ(mr->length, 1000u);
+}
+
+// IBV_ACCESS_MW_BIND only allows memory windows to be bound to the region
+// later; the kernel and ConnectX accept it alone or with any other access, for
+// registration and for a change of access.
+TEST_P(MrTest, RegMrWithMwBindIsAccepted) {
+  Mapping buf(page_size());
+  for (unsigned access : {unsigned{IBV_ACCESS_MW_BIND}, unsigned{IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND},
+                          unsigned{IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                   IBV_ACCESS_MW_BIND}}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    Mr mr(reg(pd_, buf.get(), buf.size(), access));
+    ASSERT_TRUE(mr) << std::strerror(errno);
+    EXPECT_EQ(mr->addr, buf.get());
+    EXPECT_EQ(mr->length, buf.size());
+  }
+  // The constant form reaches the exported ibv_reg_mr itself.
+  Mr mr(ibv_reg_mr(pd_, buf.get(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+  ASSERT_TRUE(mr) << std::strerror(errno);
+  REQUIRE_REREG(mr.get());
+  EXPECT_EQ(ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND),
+            0)
+      << std::strerror(errno);
 }
 
 TEST_P(MrTest, RegMrUnknownAccessBitsAreRejected) {

@@ -206,6 +206,81 @@ TEST_P(QpTest, CreateUnsupportedTypes) {
   if (qp) ibv_destroy_qp(qp);
 }
 
+// ibv_create_qp_ex with creation flags in comp_mask and no flag set is a plain
+// creation (ConnectX, and every provider that takes the extended form).
+TEST_P(QpTest, CreateQpExWithZeroCreateFlags) {
+  Cq cq = make_cq();
+  ASSERT_TRUE(cq);
+  for (ibv_qp_type type : kTypes) {
+    SCOPED_TRACE(qp_type_name(type));
+    const ibv_qp_init_attr base = qp_init_attr(type, cq.get());
+    ibv_qp_init_attr_ex attr{};
+    std::memcpy(&attr, &base, sizeof base);
+    attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    attr.pd = pd_;
+    attr.create_flags = 0;
+    Qp qp(ibv_create_qp_ex(ctx_, &attr));
+    ASSERT_TRUE(qp) << std::strerror(errno);
+    EXPECT_EQ(qp->qp_type, type);
+    EXPECT_EQ(qp->pd, pd_);
+    EXPECT_EQ(qp->send_cq, cq.get());
+    EXPECT_EQ(move_to(qp.get(), IBV_QPS_RTS), 0);
+  }
+}
+
+// Creation flags the stack refuses, each with its errno: a bit libibverbs does
+// not know, any flag on an RC or UC QP (the kernel's check_creation_flags), FCS
+// scatter and VLAN stripping on a UD QP (raw packet QPs only), a source QPN on a
+// QP that is not UD (mlx5).
+TEST_P(QpTest, CreateQpExRefusesCreateFlags) {
+  Cq cq = make_cq();
+  ASSERT_TRUE(cq);
+  struct Case {
+    const char* what;
+    ibv_qp_type type;
+    uint32_t flags;
+  };
+  const Case cases[] = {
+      {"unknown bit", IBV_QPT_UD, 1u << 20},
+      {"SCATTER_FCS on RC", IBV_QPT_RC, IBV_QP_CREATE_SCATTER_FCS},
+      {"BLOCK_SELF_MCAST_LB on RC", IBV_QPT_RC, IBV_QP_CREATE_BLOCK_SELF_MCAST_LB},
+      {"PCI_WRITE_END_PADDING on UC", IBV_QPT_UC, IBV_QP_CREATE_PCI_WRITE_END_PADDING},
+      {"SOURCE_QPN on RC", IBV_QPT_RC, IBV_QP_CREATE_SOURCE_QPN},
+      {"CVLAN_STRIPPING on UD", IBV_QPT_UD, IBV_QP_CREATE_CVLAN_STRIPPING},
+      {"SCATTER_FCS on UD", IBV_QPT_UD, IBV_QP_CREATE_SCATTER_FCS},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const ibv_qp_init_attr base = qp_init_attr(c.type, cq.get());
+    ibv_qp_init_attr_ex attr{};
+    std::memcpy(&attr, &base, sizeof base);
+    attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    attr.pd = pd_;
+    attr.create_flags = c.flags;
+    errno = 0;
+    ibv_qp* qp = ibv_create_qp_ex(ctx_, &attr);
+    EXPECT_EQ(qp, nullptr);
+    EXPECT_EQ(errno, EINVAL) << std::strerror(errno);
+    if (qp) ibv_destroy_qp(qp);
+  }
+  // Blocking multicast loopback on a UD QP is a device capability (ConnectX has
+  // it): created, or EOPNOTSUPP.
+  const ibv_qp_init_attr base = qp_init_attr(IBV_QPT_UD, cq.get());
+  ibv_qp_init_attr_ex attr{};
+  std::memcpy(&attr, &base, sizeof base);
+  attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  attr.pd = pd_;
+  attr.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+  errno = 0;
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &attr);
+  observe("ibv_create_qp_ex.ud_block_self_mcast_lb", outcome(qp));
+  if (qp) {
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  } else {
+    EXPECT_EQ(errno, EOPNOTSUPP) << std::strerror(errno);
+  }
+}
+
 TEST_P(QpTest, CreateRejectsCqsOfAnotherContext) {
   Cq own = make_cq();
   ASSERT_TRUE(own);

@@ -139,7 +139,9 @@ TEST_P(SrqTest, DestroyWhileAQpIsAttachedIsBusy) {
   Qp qp = make_qp(IBV_QPT_RC, cq.get(), srq.get());
   ASSERT_TRUE(qp);
   EXPECT_EQ(qp->srq, srq.get());
+  errno = 0;
   EXPECT_EQ(srq.destroy(), EBUSY);
+  EXPECT_EQ(errno, EBUSY);  // the kernel's errno, left by rdma-core
   EXPECT_EQ(qp.destroy(), 0);
   EXPECT_EQ(srq.destroy(), 0);
 }

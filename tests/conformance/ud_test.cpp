@@ -207,6 +207,31 @@ TEST_P(UdTest, DatagramLargerThanTheMtu) {
   EXPECT_FALSE(wait_for(200, &wc, 200)) << "a datagram larger than the MTU was delivered";
 }
 
+// GID index 0 of a RoCE port is its link-local GID (fe80::/64, RoCE v2): an
+// address handle from it to it reaches the port as the IPv4-mapped one does.
+TEST_P(UdTest, LinkLocalGidAddressHandleDelivers) {
+  if (!is_ethernet()) GTEST_SKIP() << "InfiniBand port";
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, kPort, 0, &e, 0), 0);
+  if (e.gid.raw[0] != 0xfe || (e.gid.raw[1] & 0xc0) != 0x80) GTEST_SKIP() << "GID 0 is not link-local";
+  ibv_ah_attr attr = loopback_ah_attr();
+  attr.grh.dgid = e.gid;
+  attr.grh.sgid_index = 0;
+  ah_ = Ah(ibv_create_ah(pd_, &attr));
+  ASSERT_TRUE(ah_) << std::strerror(errno);
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), 256 + kGrh, 1));
+  std::memset(buf_.data(), 0x5a, 256);
+  ASSERT_EQ(send(a_.get(), b_.get(), 256, 2), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(2, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_TRUE(wait_for(1, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.byte_len, 256 + kGrh);
+  EXPECT_EQ(wc.src_qp, a_->qp_num);
+  EXPECT_EQ(buf_[32 * 1024 + kGrh], 0x5a);
+}
+
 // An address handle of another PD of the context: ConnectX copies the address
 // vector into the work request and sends the datagram (rxe fails it with
 // IBV_WC_LOC_QP_OP_ERR); emulated devices do as ConnectX.
