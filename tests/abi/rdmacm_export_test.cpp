@@ -119,14 +119,18 @@ TEST_F(RdmacmExports, NeedsLibibverbsAndOnlyItsPrivateCmEntry) {
   // at the same versions (the rest of the data path is inline in verbs.h).
   const std::set<std::string> rsocket_verbs = {"ibv_ack_cq_events@IBVERBS_1.1",
                                                "ibv_alloc_pd@IBVERBS_1.1",
+                                               "ibv_create_ah@IBVERBS_1.1",  // datagram rsockets
                                                "ibv_create_comp_channel@IBVERBS_1.0",
                                                "ibv_create_cq@IBVERBS_1.1",
                                                "ibv_dealloc_pd@IBVERBS_1.1",
                                                "ibv_dereg_mr@IBVERBS_1.1",
+                                               "ibv_destroy_ah@IBVERBS_1.1",  // datagram rsockets
                                                "ibv_destroy_comp_channel@IBVERBS_1.0",
                                                "ibv_destroy_cq@IBVERBS_1.1",
                                                "ibv_get_cq_event@IBVERBS_1.1",
                                                "ibv_query_device@IBVERBS_1.1",
+                                               "ibv_query_gid@IBVERBS_1.1",   // datagram rsockets
+                                               "ibv_query_port@IBVERBS_1.1",  // datagram rsockets
                                                "ibv_reg_mr@IBVERBS_1.1"};
   std::set<std::string> private_entries;
   for (const elf::Symbol& s : ours_->undefined) {
