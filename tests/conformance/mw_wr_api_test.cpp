@@ -132,7 +132,15 @@ TEST_P(MwWrApiTest, BindInvalidateLocallyRebindInvalidateRemotely) {
   const uint32_t rkey2 = ibv_inc_rkey(rkey1);
   Pair p;
   ASSERT_NO_FATAL_FAILURE(make(&p));
-  ASSERT_NO_FATAL_FAILURE(bind(p.b, rkey2));
+  {
+    // A bind is posted in user space and reads no object number (no command
+    // names the window), so a garbled `handle` does not stop it.
+    const uint32_t saved = mw_->handle;
+    mw_->handle = 0x7ffffff0u;
+    bind(p.b, rkey2);
+    mw_->handle = saved;
+    ASSERT_FALSE(HasFatalFailure());
+  }
   // The new key byte names the window.
   EXPECT_EQ(write(p, rkey2, 0, 512, 3), IBV_WC_SUCCESS);
 
