@@ -2,6 +2,12 @@
 // ibv_bind_mw, reached through the context's ops slots (rdma-core inlines
 // them). Binding itself is a work request the QP's requester executes
 // (emu/memory/window.hpp): ibv_bind_mw posts one for a type 1 window.
+//
+// Object numbers (emu/objects/handle.hpp): in rdma-core 44 ibv_alloc_mw is a
+// write command naming the PD (any bad number: EINVAL) and ibv_dealloc_mw an
+// ioctl naming the window (ENOENT for a free number, EINVAL for another
+// type's). Binding is no command at all: the provider posts it in user space,
+// so ibv_bind_mw and IBV_WR_BIND_MW read no number, as the rest of the data path.
 #include <cerrno>
 #include <memory>
 #include <mutex>
@@ -25,7 +31,13 @@ namespace {
 
 ibv_mw* alloc_mw_unguarded(ibv_pd* pd, ibv_mw_type type) {
   Pd* p = Pd::from(pd);
-  Device& dev = p->context().device();
+  Context& ctx = p->context();
+  Device& dev = ctx.device();
+  // The write command finds its PD by number (uobj_get_obj_read): EINVAL.
+  if (ctx.handles.check(ObjectType::pd, pd, pd->handle)) {
+    errno = EINVAL;
+    return nullptr;
+  }
   if (dev.fatal()) {
     errno = EIO;
     return nullptr;
@@ -44,7 +56,8 @@ ibv_mw* alloc_mw_unguarded(ibv_pd* pd, ibv_mw_type type) {
   // start with key byte 0, so the first ibv_inc_rkey gives 1.
   mw->rkey = window_rkey(index, 0);
   mw->ibv()->rkey = mw->rkey;
-  mw->ibv()->handle = index;
+  // The window's object number; its key index stays in its rkey.
+  mw->ibv()->handle = ctx.handles.add(ObjectType::mw, mw->ibv());
   p->users.get();
   return mw.release()->ibv();
 }
@@ -66,14 +79,22 @@ ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 int op_dealloc_mw(ibv_mw* mw) {
   Mw* m = Mw::from(mw);
   Pd& pd = m->pd();
-  Device& dev = pd.context().device();
+  Context& ctx = pd.context();
+  Device& dev = ctx.device();
+  // The destroy ioctl finds the window by its number; rdma-core leaves the
+  // command's errno in errno too.
+  if (int err = ctx.handles.check(ObjectType::mw, mw, mw->handle)) {
+    errno = err;
+    return err;
+  }
   {
     // A bound window may be deallocated: its binding ends (the region may then
     // be deregistered) and its rkey stops working at once, as on rxe and mlx5.
     std::unique_lock lock(dev.mr_lock());
     unbind_window(*m);
-    dev.unregister_mw(m->ibv()->handle);
+    dev.unregister_mw(m->rkey >> 8);  // the key index: the rkey's key byte changes, it does not
   }
+  ctx.handles.remove(mw->handle);
   delete m;
   pd.users.put();
   return 0;

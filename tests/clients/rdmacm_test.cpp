@@ -6,7 +6,8 @@
 // results row; and rping with no configuration at all (the loopback service).
 //
 // Not here: the rsockets programs (rstream, riostream, rcopy, udpong), in
-// rsocket_clients_test.cpp. Nor mckey: no UD multicast in the emulated CM.
+// rsocket_clients_test.cpp. Nor mckey (UD multicast through the emulated CM):
+// mckey_test.cpp runs it.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -255,6 +255,38 @@ TEST_P(HandleTest, CreateSrqAndRegMrWithGarbledPd) {
   }
 }
 
+// ibv_dealloc_mw is an ioctl naming the window by number; ibv_alloc_mw a write
+// command naming the PD (EINVAL for any bad number). The window survives.
+TEST_P(HandleTest, DeallocAndAllocMw) {
+  if (dattr_.max_mw == 0) GTEST_SKIP() << "no memory windows";
+  ibv_mw* mw = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr) << std::strerror(errno);
+  ibv_mw* second = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(second, nullptr) << std::strerror(errno);
+  for (auto [value, err] : ioctl_cases(second->handle)) {
+    SCOPED_TRACE(value);
+    Garbled g(&mw->handle, value);
+    errno = 0;
+    EXPECT_EQ(ibv_dealloc_mw(mw), err);
+    EXPECT_EQ(errno, err);
+  }
+  std::vector<std::pair<uint32_t, int>> pd_cases{{kNoObject, EINVAL}, {cq_->handle, EINVAL}};
+  if (emulated()) pd_cases.emplace_back(other_pd_->handle, EINVAL);
+  for (auto [value, err] : pd_cases) {
+    SCOPED_TRACE(value);
+    Garbled g(&pd_->handle, value);
+    errno = 0;
+    ibv_mw* bad = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+    EXPECT_EQ(bad, nullptr);
+    EXPECT_EQ(errno, err);
+    if (bad) ibv_dealloc_mw(bad);
+  }
+  // Numbers are shared by every type: a window's is none of the others'.
+  EXPECT_NE(mw->handle, second->handle);
+  EXPECT_EQ(ibv_dealloc_mw(mw), 0);
+  EXPECT_EQ(ibv_dealloc_mw(second), 0);
+}
+
 // The data path is the provider's own, in user space: it reads no number, so a
 // post on a QP whose number is garbled still works.
 TEST_P(HandleTest, DataPathDoesNotLookNumbersUp) {
