@@ -198,6 +198,7 @@ int EmuCm::attach_device(Id* id, CmDevice* dev) {
     id->pub.verbs = dev->context;
     if (!id->pub.pd) id->pub.pd = dev->pd;
     id->pub.port_num = 1;
+    id->ib = dev->device->link_layer() == LinkLayer::kInfiniBand;
   }
   return 0;
 }
@@ -399,24 +400,36 @@ void EmuCm::resolve_addr_step(uint64_t generation, Id* id, Clock::time_point dea
   }
   id->state = IdState::kAddrResolved;
   auto& ib = id->pub.route.addr.addr.ibaddr;
-  wire::cm::Gid s = gid_of(dev.addr(), id->v6), d = gid_of(id->peer_device, id->v6);
+  // On InfiniBand the peer's port GID, as IPoIB's ARP answer carries it.
+  wire::cm::Gid s = cm::gid_for(id, dev.addr()), d = cm::gid_for(id, id->peer_device);
   std::memcpy(ib.sgid.raw, s.data(), 16);
   std::memcpy(ib.dgid.raw, d.data(), 16);
   ib.pkey = htobe16(0xffff);
   post_event(new_event(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
 }
 
-// The path record of a RoCE route, built locally as the kernel does (no SA).
+// The path record of the route. RoCE: built locally as the kernel does (no
+// SA), GIDs of the IP family, hop limit 64. InfiniBand: what the SA answers
+// for two ports of one subnet (the kernel's cma_query_ib_route): the port
+// GIDs, the LIDs, the default P_Key, SL 0 and hop limit 0, so that no GRH is
+// needed (ib_init_ah_attr_from_path adds one only for a hop limit above 0).
 void EmuCm::fill_route(Id* id) {
   Device& dev = *id->dev->device;
   ibv_sa_path_rec& p = id->path;
   p = {};
-  wire::cm::Gid s = gid_of(dev.addr(), id->v6), d = gid_of(id->peer_device, id->v6);
+  wire::cm::Gid s = cm::gid_for(id, dev.addr()), d = cm::gid_for(id, id->peer_device);
   std::memcpy(p.sgid.raw, s.data(), 16);
   std::memcpy(p.dgid.raw, d.data(), 16);
   p.pkey = htobe16(0xffff);
-  p.hop_limit = 64;
-  p.traffic_class = id->tos.value_or(0);
+  if (id->ib) {
+    p.slid = htobe16(dev.lid());
+    p.dlid = htobe16(identity_of(id->peer_device).lid);
+    p.hop_limit = 0;
+    p.traffic_class = 0;
+  } else {
+    p.hop_limit = 64;
+    p.traffic_class = id->tos.value_or(0);
+  }
   p.reversible = 1;
   p.numb_path = 1;
   p.mtu_selector = 2;  // exactly

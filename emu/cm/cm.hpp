@@ -157,6 +157,7 @@ class EmuCm final : public CmProvider, public GsiAgent {
   void send_dreq(const std::shared_ptr<cm::Conn>& c);
   void send_drep(cm::Conn& c);
   bool backlog_full(const cm::Id* listener);  // counts the drop when it is
+  static bool path_fits_port(const Device& dev, const wire::cm::ReqPath& path);
   void on_req(Device& dev, in_addr src, const wire::cm::MadHeader& hdr, const wire::cm::Req& req);
   void on_mra(in_addr src, const wire::cm::Mra& mra);
   void on_rej(in_addr src, const wire::cm::Rej& rej);

@@ -110,8 +110,15 @@ int EmuCm::send_req(Id* id, const rdma_conn_param* param) {
   req.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
   req.max_cm_retries = static_cast<uint8_t>(max_retries());
   req.srq = id->pub.qp ? id->pub.qp->srq != nullptr : (param && param->srq);
-  req.primary.local_gid = gid_of(dev.addr(), id->v6);
-  req.primary.remote_gid = gid_of(c->peer, id->v6);
+  req.primary.local_gid = cm::gid_for(id, dev.addr());
+  req.primary.remote_gid = cm::gid_for(id, c->peer);
+  if (id->ib) {
+    // The path record's LIDs, within one subnet (the kernel's cm_format_req
+    // on an IB path; RoCE keeps the permissive LIDs).
+    req.primary.local_lid = dev.lid();
+    req.primary.remote_lid = identity_of(c->peer).lid;
+    req.primary.subnet_local = true;
+  }
   req.primary.packet_rate = static_cast<uint8_t>(id->path.rate);
   req.primary.traffic_class = id->tos.value_or(0);
   req.primary.hop_limit = id->path.hop_limit;
@@ -328,7 +335,7 @@ Id* EmuCm::child_of(Id* listener, Device& dev, in_addr src, const w::CmaHeader* 
   child->port = port;
   child->peer_device = src;
   auto& ib = child->pub.route.addr.addr.ibaddr;
-  w::Gid s = gid_of(dev.addr(), child->v6), d = gid_of(src, child->v6);
+  w::Gid s = cm::gid_for(child, dev.addr()), d = cm::gid_for(child, src);
   std::memcpy(ib.sgid.raw, s.data(), 16);
   std::memcpy(ib.dgid.raw, d.data(), 16);
   ib.pkey = htobe16(0xffff);
@@ -348,6 +355,15 @@ bool EmuCm::backlog_full(const Id* listener) {
   if (queued < listener->backlog) return false;
   stats_.rx_dropped.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+// Whether a REQ's primary path can end at this device's port. InfiniBand:
+// it names the port GID (fe80::/64 and the GUID) as the remote one. RoCE:
+// rdma_cm names IP GIDs at both ends, so a link-local requester GID comes
+// from an InfiniBand port, which shares no link with this one.
+bool EmuCm::path_fits_port(const Device& dev, const w::ReqPath& path) {
+  if (dev.link_layer() == LinkLayer::kInfiniBand) return path.remote_gid == cm::ib_gid_of(dev.addr());
+  return !(path.local_gid[0] == 0xfe && path.local_gid[1] == 0x80);
 }
 
 void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::Req& req) {
@@ -396,6 +412,13 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
   if (!listener || req.transport == w::Transport::kXrc || req.transport == w::Transport::kRd) {
     send_rej_for(dev, src, hdr.tid, req.local_comm_id, 0, w::MsgKind::kReq,
                  listener ? w::RejReason::kInvalidTransportType : w::RejReason::kInvalidServiceId, nullptr, 0);
+    return;
+  }
+  if (!path_fits_port(dev, req.primary)) {
+    // The path does not end at this port: the requester is on the other link
+    // layer. The kernel's cm_req_handler, finding no GID of the port for the
+    // path, rejects with "invalid GID" (IBTA 12.6.7.2, reason 12).
+    send_rej_for(dev, src, hdr.tid, req.local_comm_id, 0, w::MsgKind::kReq, w::RejReason::kInvalidGid, nullptr, 0);
     return;
   }
   if (backlog_full(listener)) return;

@@ -25,8 +25,15 @@ bool is_ud(const Id* id) { return id->pub.qp_type == IBV_QPT_UD; }
 
 ibv_ah_attr EmuCm::ah_to_peer(Id* id) const {
   ibv_ah_attr ah{};
-  ah.is_global = 1;
   in_addr peer = id->conn ? id->conn->peer : id->peer_device;
+  ah.port_num = 1;
+  if (id->ib) {
+    // InfiniBand within one subnet: routed by LID, no GRH (the path record's
+    // hop limit is 0), SL 0, path bits 0 (ib_init_ah_attr_from_path).
+    ah.dlid = identity_of(peer).lid;
+    return ah;
+  }
+  ah.is_global = 1;
   wire::cm::Gid dgid = cm::gid_of(peer, id->v6);
   std::memcpy(ah.grh.dgid.raw, dgid.data(), 16);
   ah.grh.sgid_index = cm::sgid_index_of(id->v6);  // the device's GID of the id's family

@@ -73,6 +73,18 @@ inline wire::cm::Gid gid_of(in_addr a, bool v6) {
 }
 inline uint8_t sgid_index_of(bool v6) { return v6 ? 2 : 1; }
 
+// The port GID of the device at `a` on an InfiniBand port: fe80::/64 and the
+// GUID (entry 0, the only one), which IPoIB's hardware address carries, so the
+// kernel's address resolution yields it for a peer's IP address.
+inline wire::cm::Gid ib_gid_of(in_addr a) {
+  ibv_gid g;
+  ibv_gid_type type;
+  emu::gid_of(LinkLayer::kInfiniBand, a, 0, &g, &type);
+  wire::cm::Gid out;
+  std::memcpy(out.data(), g.raw, out.size());
+  return out;
+}
+
 // rdma_cm's id states (the kernel's enum rdma_cm_state).
 enum class IdState {
   kIdle,
@@ -140,6 +152,7 @@ struct Id {
   ibv_sa_path_rec path{};   // what pub.route.path_rec points at once resolved
   in_addr peer_device{};    // the device address the connection goes to
   bool v6 = false;          // its addresses are devices' IPv6 ones: so are its GIDs
+  bool ib = false;          // its device's link layer is InfiniBand (LID routes, port GIDs)
   std::vector<in_addr> candidates;  // loopback service: devices still to try
   uint64_t op_generation = 0;       // cancels a pending resolve's timer
 
@@ -172,6 +185,10 @@ struct Id {
   uint32_t events_acked = 0;
   rdma_cm_event* sync_event = nullptr;  // pub.event of a synchronous id
 };
+
+// The GID rdma_cm uses for device address `a` on the id's device: the port GID
+// on InfiniBand (IPoIB), the RoCEv2 GID of the id's IP family on Ethernet.
+inline wire::cm::Gid gid_for(const Id* id, in_addr a) { return id->ib ? ib_gid_of(a) : gid_of(a, id->v6); }
 
 // The IB CM connection states (IBTA 12.9.6; the kernel's enum ib_cm_state).
 enum class ConnState {

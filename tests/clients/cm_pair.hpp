@@ -83,6 +83,8 @@ struct CmPairSpec {
   std::function<void(const CmAddrs&)> before_client = nullptr;
   // Non-empty: the client captures its packets there (SOFTVERBS_PCAP).
   std::string client_pcap = "";
+  // The devices' link layer suffix in SOFTVERBS_DEVICES ("/ib"); empty: the default.
+  std::string link = "";
 };
 
 struct CmPair {
@@ -168,8 +170,8 @@ inline CmPair run_cm_pair(const CmPairSpec& spec) {
       r.addrs.server = unused_device_address();
       do r.addrs.client = unused_device_address();
       while (r.addrs.client == r.addrs.server);
-      senv.set("SOFTVERBS_DEVICES", "s@" + r.addrs.server);
-      cenv.set("SOFTVERBS_DEVICES", "c@" + r.addrs.client);
+      senv.set("SOFTVERBS_DEVICES", "s@" + r.addrs.server + spec.link);
+      cenv.set("SOFTVERBS_DEVICES", "c@" + r.addrs.client + spec.link);
     }
     if (!spec.client_pcap.empty()) cenv.set("SOFTVERBS_PCAP", spec.client_pcap);
     r.addrs.port = unused_tcp_port();

@@ -196,6 +196,27 @@ TEST(RpingIpv6, HundredPingsToTheServersIpv6Address) {
   EXPECT_GE(with_gids, 1) << "no CM MAD carries both devices' IPv6 addresses";
 }
 
+// rping between two processes on InfiniBand-link-layer devices: the CM routes
+// by LID with the port GIDs (docs/rdma-cm.md, "InfiniBand link layer").
+TEST(RpingIb, HundredPingsBetweenTwoIbDevices) {
+  ASSERT_TRUE(installed(bin("rping"), "rdmacm-utils"));
+  CmPair r = run_cm_pair({.server = [](const CmAddrs& a) -> std::vector<std::string> {
+                            return {bin("rping"), "-s", "-v", "-a", a.server, "-p", std::to_string(a.port), "-C", "100"};
+                          },
+                          .client = [](const CmAddrs& a) -> std::vector<std::string> {
+                            return {bin("rping"), "-c", "-v", "-V", "-a", a.server, "-p", std::to_string(a.port),
+                                    "-C", "100"};
+                          },
+                          .limit = kCmLimit,
+                          .link = "/ib"});
+  ASSERT_TRUE(r.both_succeeded()) << r.describe();
+  EXPECT_TRUE(pings_match(r.client.out, "ping data: ", 100, 64)) << r.describe();
+  EXPECT_TRUE(pings_match(r.server.out, "server ping data: ", 100, 64)) << r.describe();
+  expect_stderr(r.client, "client", kRpingStderr, r);
+  expect_stderr(r.server, "server", kRpingStderr, r);
+  expect_clean_devices(r);
+}
+
 // No SOFTVERBS_DEVICES anywhere: the server listens on every address (no -a), the
 // client asks for 127.0.0.1, and the loopback service finds the server's device.
 TEST(RpingUnconfigured, WildcardServerLoopbackClient) {
