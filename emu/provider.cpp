@@ -336,6 +336,9 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
   if ((flags & IBV_REREG_MR_CHANGE_PD) && pd && lookup_write(pd->context, ObjectType::pd, pd, pd->handle))
     return cmd_error(EINVAL);
   Mr* m = Mr::from(mr);
+  // A region of device memory has no user pages to translate anew: the
+  // emulator keeps it as registered.
+  if (m->dm()) return cmd_error(EOPNOTSUPP);
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return cmd_error(EINVAL);
   Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? Pd::from(pd) : m->pd();
   if (&new_pd->context() != &m->pd()->context()) return cmd_error(EINVAL);
@@ -369,6 +372,7 @@ int EmuProvider::dereg_mr(ibv_mr* mr) {
   // A region with windows bound to it stays (IBTA 10.6.7.2.6; EINVAL as rxe).
   if (int err = pd->context().device().deregister_mr(m)) return err;
   pd->context().handles.remove(mr->handle);
+  if (m->dm()) m->dm()->users.put();
   delete m;
   pd->users.put();
   return 0;

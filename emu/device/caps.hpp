@@ -62,6 +62,14 @@ inline constexpr uint32_t kMaxMsgSz = 1u << 30;
 // longer gives EOPNOTSUPP at post).
 inline constexpr uint64_t kMaxMwLength = 1ull << 31;
 
+// Device memory (ibv_alloc_dm): ConnectX's on-chip MEMIC. max_dm_size is the
+// whole budget of the device, shared by every context; allocations are carved
+// in units of kDmUnit bytes, at least kDmUnit-aligned (mlx5_ib rounds MEMIC
+// requests up to 64 bytes), and log_align_req may ask for up to kDmMaxLogAlign.
+inline constexpr uint64_t kMaxDmSize = 128 * 1024;
+inline constexpr uint64_t kDmUnit = 64;
+inline constexpr uint32_t kDmMaxLogAlign = 17;  // log2(kMaxDmSize)
+
 // CQ and queue sizing: ConnectX rounds queue depths up to a power of two; the
 // depth reported back is what the application may rely on.
 inline constexpr int kMinCqe = 1;
