@@ -34,5 +34,7 @@ int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 // The device memory slots of verbs_context: alloc_dm, free_dm, reg_dm_mr
 // (emu/objects/dm.cpp).
 void install_dm_ops(verbs_context* vctx);
+// The advise_mr slot of verbs_context (emu/objects/odp.cpp).
+void install_odp_ops(verbs_context* vctx);
 
 }  // namespace softverbs::emu
