@@ -85,8 +85,9 @@ TEST_P(OdpTest, UnmappedPageGivesRemoteAccessError) {
   ASSERT_TRUE(odp) << errno_name(errno);
   Region src;
   ASSERT_NO_FATAL_FAILURE(make_region(4096, kAllAccess, &src));
-  Pair p;
+  Pair p, q;
   ASSERT_NO_FATAL_FAILURE(make_pair(PairOptions{}, &p));
+  ASSERT_NO_FATAL_FAILURE(make_pair(PairOptions{}, &q));
   // The first page is still mapped and takes the write.
   ibv_sge s = src.sge(0, 64);
   ibv_send_wr ok = send_wr(1, IBV_WR_RDMA_WRITE, &s, 1);
@@ -100,6 +101,16 @@ TEST_P(OdpTest, UnmappedPageGivesRemoteAccessError) {
   bad.wr.rdma.rkey = odp->rkey;
   ibv_wc wc = run(p, bad);
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
+  // The unmapped page as the local source of a write: a local protection error.
+  ibv_sge l{reinterpret_cast<uintptr_t>(base + page), 64, odp->lkey};
+  ibv_send_wr local = send_wr(3, IBV_WR_RDMA_WRITE, &l, 1);
+  local.wr.rdma.remote_addr = src.addr(0);
+  local.wr.rdma.rkey = src.rkey();
+  post_send_ok(q.a.qp.get(), &local);
+  std::vector<ibv_wc> lw = expect_wcs(q.a.scq.get(), 1);
+  ASSERT_EQ(lw.size(), 1u);
+  EXPECT_EQ(lw[0].status, IBV_WC_LOC_PROT_ERR) << describe(lw[0]);
+  q.reset();
   p.reset();
   odp.reset();
   ::munmap(base, page);
