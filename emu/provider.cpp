@@ -59,10 +59,7 @@ int lookup_write(ibv_context* context, ObjectType type, const void* pub, uint32_
 }
 
 int check_access(unsigned access) {
-  if (access & ~(caps::kSupportedAccess | IBV_ACCESS_MW_BIND)) {
-    if (access & IBV_ACCESS_ON_DEMAND) return EOPNOTSUPP;  // no ODP capability
-    return EINVAL;  // ZERO_BASED, HUGETLB and undefined bits
-  }
+  if (access & ~(caps::kSupportedAccess | IBV_ACCESS_MW_BIND)) return EINVAL;  // ZERO_BASED, HUGETLB, undefined
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))
     return EINVAL;
   return 0;
@@ -288,6 +285,10 @@ int EmuProvider::dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
+namespace {
+ibv_mr* add_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+}
+
 ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
   if (failed(pd->context)) return fail<ibv_mr>(EIO);
   if (int err = lookup_write(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_mr>(err);
@@ -295,6 +296,15 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if (int err = check_access(access)) return fail<ibv_mr>(err);
   if (length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  // ODP (mlx5_ib create_user_odp_mr): NULL and SIZE_MAX ask for an implicit
+  // region, the whole address space at I/O address 0; an explicit one needs no
+  // mapping now, as nothing is pinned. Accesses check the mapping instead
+  // (emu/memory/sge.cpp).
+  const bool odp = (access & IBV_ACCESS_ON_DEMAND) != 0;
+  if (odp && !addr && length == SIZE_MAX) {
+    if (iova != 0) return fail<ibv_mr>(EINVAL);
+    return add_mr(pd, nullptr, length, 0, access);
+  }
   // A zero-length region is accepted as the kernel's ib_umem_get accepts it: when
   // the (empty) range still lies in a page, i.e. addr is not page-aligned, that page
   // is pinned; at a page boundary it spans no page and is EINVAL (npages == 0).
@@ -305,8 +315,14 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   const uint64_t page_mask = page_size - 1;
   if ((reinterpret_cast<uintptr_t>(addr) ^ iova) & page_mask) return fail<ibv_mr>(EINVAL);
   // The pinned pages must be mapped: for a zero-length region, the page holding addr.
-  if (int err = check_user_range(addr, length ? length : 1, (access & IBV_ACCESS_LOCAL_WRITE) != 0))
-    return fail<ibv_mr>(err);
+  const int err = odp ? 0 : check_user_range(addr, length ? length : 1, (access & IBV_ACCESS_LOCAL_WRITE) != 0);
+  if (err) return fail<ibv_mr>(err);
+  return add_mr(pd, addr, length, iova, access);
+}
+
+namespace {
+// Registers the checked region: its key, its number, its hold on the PD.
+ibv_mr* add_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   Pd* p = Pd::from(pd);
   auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
   uint32_t key = p->context().device().register_mr(mr.get());
@@ -316,6 +332,7 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   p->users.get();
   return mr.release()->ibv();
 }
+}  // namespace
 
 int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   // rdma-core's own argument checks: each gives IBV_REREG_MR_ERR_INPUT, EINVAL.
@@ -336,6 +353,11 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
   if ((flags & IBV_REREG_MR_CHANGE_PD) && pd && lookup_write(pd->context, ObjectType::pd, pd, pd->handle))
     return cmd_error(EINVAL);
   Mr* m = Mr::from(mr);
+  // A region of device memory has no user pages to translate anew: the
+  // emulator keeps it as registered.
+  if (m->dm()) return cmd_error(EOPNOTSUPP);
+  // Nor has an implicit ODP region (the whole address space).
+  if ((m->access() & IBV_ACCESS_ON_DEMAND) && m->length() == SIZE_MAX) return cmd_error(EOPNOTSUPP);
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return cmd_error(EINVAL);
   Pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? Pd::from(pd) : m->pd();
   if (&new_pd->context() != &m->pd()->context()) return cmd_error(EINVAL);
@@ -347,6 +369,7 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
   void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
   size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
   if ((flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) &&
+      !(new_access & IBV_ACCESS_ON_DEMAND) &&
       check_user_range(new_addr, new_len, (new_access & IBV_ACCESS_LOCAL_WRITE) != 0))
     return cmd_error(EFAULT);
   // Transfers through the region finish before it changes.
@@ -369,6 +392,7 @@ int EmuProvider::dereg_mr(ibv_mr* mr) {
   // A region with windows bound to it stays (IBTA 10.6.7.2.6; EINVAL as rxe).
   if (int err = pd->context().device().deregister_mr(m)) return err;
   pd->context().handles.remove(mr->handle);
+  if (m->dm()) m->dm()->users.put();
   delete m;
   pd->users.put();
   return 0;

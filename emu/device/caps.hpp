@@ -62,6 +62,25 @@ inline constexpr uint32_t kMaxMsgSz = 1u << 30;
 // longer gives EOPNOTSUPP at post).
 inline constexpr uint64_t kMaxMwLength = 1ull << 31;
 
+// Device memory (ibv_alloc_dm): ConnectX's on-chip MEMIC. max_dm_size is the
+// whole budget of the device, shared by every context; allocations are carved
+// in units of kDmUnit bytes, at least kDmUnit-aligned (mlx5_ib rounds MEMIC
+// requests up to 64 bytes), and log_align_req may ask for up to kDmMaxLogAlign.
+inline constexpr uint64_t kMaxDmSize = 128 * 1024;
+inline constexpr uint64_t kDmUnit = 64;
+inline constexpr uint32_t kDmMaxLogAlign = 17;  // log2(kMaxDmSize)
+
+// On-demand paging (ibv_query_device_ex odp_caps). The emulator pins nothing,
+// so every region could be ODP: explicit and implicit ODP are offered, and
+// every operation of every service may touch ODP memory. ConnectX reports UC
+// no ODP and UD SEND/SRQ_RECV only (docs/compatibility.md).
+inline constexpr uint64_t kOdpGeneralCaps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+inline constexpr uint32_t kOdpRcCaps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                       IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+inline constexpr uint32_t kOdpUcCaps =
+    IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+inline constexpr uint32_t kOdpUdCaps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+
 // CQ and queue sizing: ConnectX rounds queue depths up to a power of two; the
 // depth reported back is what the application may rely on.
 inline constexpr int kMinCqe = 1;
@@ -89,6 +108,7 @@ inline constexpr uint16_t kSmLid = 1;
 // ib_check_mr_access accepts it with no other requirement.
 inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
+                                             IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING |
+                                             IBV_ACCESS_ON_DEMAND;
 
 }  // namespace softverbs::emu::caps

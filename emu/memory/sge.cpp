@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "emu/memory/user_range.hpp"
 #include "emu/memory/window.hpp"
 
 namespace softverbs::emu {
@@ -21,7 +22,11 @@ bool resolve_sges(Device& dev, const Pd& pd, const Sge* sges, uint32_t num_sge, 
     // cover the whole SGE.
     if (!mr || mr->pd() != &pd || (access && !(mr->access() & access)) || !mr->covers(s.addr, s.length))
       return false;
-    out.emplace_back(mr->host_addr(s.addr + offset), take);
+    // An ODP region's pages need not be mapped: a page that is not (or not
+    // writable) is a fault the device cannot resolve, not a crash.
+    uint8_t* host = mr->host_addr(s.addr + offset);
+    if ((mr->access() & IBV_ACCESS_ON_DEMAND) && check_user_range(host, take, access != 0)) return false;
+    out.emplace_back(host, take);
     len -= take;
     offset = 0;
   }
@@ -35,7 +40,11 @@ uint8_t* check_rkey(Device& dev, const Pd& pd, uint32_t qpn, unsigned qp_access,
   if (!(qp_access & access)) return nullptr;
   if (Mr* mr = dev.find_mr_locked(rkey)) {
     if (mr->pd() != &pd || !(mr->access() & access) || !mr->covers(va, len)) return nullptr;
-    return mr->host_addr(va);
+    // ODP: an unmapped page is a remote access error (as resolve_sges).
+    uint8_t* host = mr->host_addr(va);
+    if ((mr->access() & IBV_ACCESS_ON_DEMAND) && check_user_range(host, len, access != IBV_ACCESS_REMOTE_READ))
+      return nullptr;
+    return host;
   }
   return window_access(dev, pd, qpn, rkey, va, len, access);
 }

@@ -51,6 +51,7 @@ class Context;
 class Pd;
 class Mr;
 class Mw;
+class Dm;
 class Cq;
 class Srq;
 class Qp;
@@ -124,6 +125,15 @@ class Device final : private fabric::PacketSink {
   // Deregisters a region unless windows are bound to it: 0, or EINVAL (as rxe,
   // IBTA 10.6.7.2.6).
   int deregister_mr(Mr* mr);
+
+  // ---- device memory (emu/objects/dm.cpp) -----------------------------------
+  // Carves size bytes (a multiple of caps::kDmUnit) aligned to 1 << log_align
+  // out of the device's caps::kMaxDmSize bytes, first fit: the offset, or
+  // UINT64_MAX when no such free range is left.
+  uint64_t alloc_dm_range(uint64_t size, uint32_t log_align);
+  void free_dm_range(uint64_t offset);
+  // The device memory itself (caps::kMaxDmSize bytes, alive with the device).
+  uint8_t* dm_memory();
 
   // ---- the RoCEv2 endpoint ----------------------------------------------
   // tx/rx packets, ICRC errors and what the packet-fault layer did are the
@@ -225,6 +235,8 @@ class Device final : private fabric::PacketSink {
   std::unordered_map<uint32_t, Mw*> mws_;  // by key index
   std::shared_mutex mr_mu_;
   std::vector<Context*> contexts_;  // under mu_
+  std::unique_ptr<uint8_t[]> dm_mem_;    // under mu_, allocated on first use
+  std::map<uint64_t, uint64_t> dm_used_;  // under mu_: offset -> size
   std::atomic<bool> port_active_{true};
   std::atomic<bool> fatal_{false};
 
@@ -343,6 +355,14 @@ class Mr {
   unsigned access() const { return access_; }
   void set_translation(void* addr, size_t length, uint64_t iova);
   void set_access(unsigned access) { access_ = access; }
+  // A region of device memory (ibv_reg_dm_mr): its I/O addresses are offsets
+  // from host, inside the DM's buffer; the public addr stays NULL as rdma-core
+  // leaves it.
+  void set_dm(Dm* dm, uint8_t* host) {
+    dm_ = dm;
+    dm_host_ = host;
+  }
+  Dm* dm() const { return dm_; }
 
   // True when [iova, iova+len) lies inside the region and the access is allowed.
   bool covers(uint64_t iova, uint64_t len) const;
@@ -358,6 +378,29 @@ class Mr {
   Pd* pd_;
   uint64_t iova_;
   unsigned access_;
+  Dm* dm_ = nullptr;
+  uint8_t* dm_host_ = nullptr;
+};
+
+// Device memory (ibv_alloc_dm): a range of the device's own buffer
+// (Device::alloc_dm_range), read and written by the application through the
+// ibv_dm's memcpy ops and by the transport through regions registered on it.
+class Dm {
+ public:
+  Dm(Context& ctx, uint64_t offset, uint64_t length);
+  ~Dm();
+  ibv_dm* ibv() { return &handle_.pub; }
+  static Dm* from(ibv_dm* dm) { return Handle<ibv_dm, Dm>::owner_of(dm); }
+  Context& context() { return ctx_; }
+  uint64_t length() const { return length_; }  // as the application asked
+  uint8_t* memory() const;                     // its first byte
+  UseCount users;                              // regions registered on it
+
+ private:
+  Handle<ibv_dm, Dm> handle_;
+  Context& ctx_;
+  uint64_t offset_;
+  uint64_t length_;
 };
 
 // A memory window (IBTA 10.6.7): an rkey for a part of a region, bound and

@@ -199,6 +199,11 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   full.hca_core_clock = kHcaCoreClockKhz;
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
   full.phys_port_cnt_ex = caps::kPhysPortCnt;
+  full.max_dm_size = caps::kMaxDmSize;
+  full.odp_caps.general_caps = caps::kOdpGeneralCaps;
+  full.odp_caps.per_transport_caps.rc_odp_caps = caps::kOdpRcCaps;
+  full.odp_caps.per_transport_caps.uc_odp_caps = caps::kOdpUcCaps;
+  full.odp_caps.per_transport_caps.ud_odp_caps = caps::kOdpUdCaps;
   // Write no more than the caller's struct holds (older binaries pass a smaller one).
   std::memcpy(attr, &full, attr_size < sizeof full ? attr_size : sizeof full);
   return 0;
@@ -244,6 +249,8 @@ void install_context_ops(verbs_context* vctx) {
   vctx->create_cq_ex = op_create_cq_ex;
   vctx->create_qp_ex = op_create_qp_ex;
   vctx->query_rt_values = op_query_rt_values;
+  install_dm_ops(vctx);
+  install_odp_ops(vctx);
   // Binaries built against libibverbs 1.1.x reach these compatibility slots.
   vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
       dlsym(RTLD_DEFAULT, "ibv_query_port"));

@@ -31,4 +31,10 @@ ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int op_dealloc_mw(ibv_mw* mw);
 int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 
+// The device memory slots of verbs_context: alloc_dm, free_dm, reg_dm_mr
+// (emu/objects/dm.cpp).
+void install_dm_ops(verbs_context* vctx);
+// The advise_mr slot of verbs_context (emu/objects/odp.cpp).
+void install_odp_ops(verbs_context* vctx);
+
 }  // namespace softverbs::emu

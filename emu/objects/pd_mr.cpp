@@ -31,7 +31,8 @@ bool Mr::covers(uint64_t iova, uint64_t len) const {
 }
 
 uint8_t* Mr::host_addr(uint64_t iova) const {
-  return static_cast<uint8_t*>(handle_.pub.addr) + (iova - iova_);
+  uint8_t* base = dm_host_ ? dm_host_ : static_cast<uint8_t*>(handle_.pub.addr);
+  return base + (iova - iova_);
 }
 
 Ah::Ah(Pd& pd, const ibv_ah_attr& attr) : pd_(pd), attr_(attr) {

@@ -149,7 +149,7 @@ TEST_F(Passthrough, ControlPathSlotsAreWrappedDataPathSlotsAreNot) {
   // Slots the inner library left empty stay empty: the inline verb still
   // answers EOPNOTSUPP on its own, without a call.
   EXPECT_EQ(vctx->open_xrcd, nullptr);
-  EXPECT_EQ(vctx->alloc_dm, nullptr);
+  EXPECT_EQ(vctx->alloc_td, nullptr);
   EXPECT_FALSE(in_outer(reinterpret_cast<void*>(ctx_->ops.post_send)));
   EXPECT_FALSE(in_outer(reinterpret_cast<void*>(ctx_->ops.poll_cq)));
 
