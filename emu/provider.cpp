@@ -448,6 +448,7 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   attr->attr.max_wr = a.max_wr;
   attr->attr.max_sge = max_sge;
   srq->ibv()->handle = p->context().handles.add(ObjectType::srq, srq->ibv());
+  srq->srqn = register_srq(p->context().device(), srq.get());
   p->users.get();
   return srq.release()->ibv();
 }
@@ -466,13 +467,17 @@ int EmuProvider::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 int EmuProvider::destroy_srq(ibv_srq* srq) {
   if (int err = lookup(srq->context, ObjectType::srq, srq, srq->handle)) return kernel_error(err);
   Srq* s = Srq::from(srq);
-  if (s->users.busy()) return kernel_error(EBUSY);
+  if (!unregister_srq_if_unused(s->context().device(), s)) return kernel_error(EBUSY);
   s->context().handles.remove(srq->handle);
   s->context().forget_async_events(srq);
   wait_events_acked(&srq->mutex, &srq->cond, &srq->events_completed, &s->events.reported);
   Pd& pd = s->pd();
+  Xrcd* xrcd = s->xrcd;
+  Cq* cq = s->cq;
   delete s;
   pd.users.put();
+  if (xrcd) xrcd->users.put();
+  if (cq) cq->users.put();
   return 0;
 }
 
@@ -486,7 +491,8 @@ ibv_qp* EmuProvider::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) { return crea
 // are checked as mlx5 checks them (mlx5_qp_fill_wr_pfns): a bit its QP type does
 // not take, TSO and atomic write included, gives EOPNOTSUPP.
 ibv_qp* EmuProvider::create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  if (int err = check_create_qp_ex(*attr)) return fail<ibv_qp>(err);  // XRC, RSS, creation flags, ...
+  if (int err = check_create_qp_ex(*attr)) return fail<ibv_qp>(err);  // RSS, creation flags, ...
+  if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV) return create_xrc_qp(context, attr);
   if (attr->pd->context != context) return fail<ibv_qp>(EINVAL);
   const bool extended = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   const uint64_t supported = supported_send_ops(attr->qp_type);
@@ -506,6 +512,18 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
     case IBV_QPT_UC:
     case IBV_QPT_UD:
       break;
+    case IBV_QPT_XRC_SEND: {
+      // rdma-core's ibv_create_qp_ex sends a PD-only XRC_SEND creation here.
+      ibv_qp_init_attr_ex ex{};
+      std::memcpy(&ex, attr, sizeof *attr);
+      ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+      ex.pd = pd;
+      ibv_qp* qp = create_xrc_qp(pd->context, &ex);
+      if (qp) attr->cap = ex.cap;
+      return qp;
+    }
+    case IBV_QPT_XRC_RECV:
+      return fail<ibv_qp>(EINVAL);  // it needs an XRC domain, which this form cannot name
     default:
       return fail<ibv_qp>(EOPNOTSUPP);
   }
@@ -567,12 +585,15 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   wait_events_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->events.reported);
   Pd& pd = q->pd();
   Cq* scq = q->send_cq();
-  Cq* rcq = q->recv_cq();
+  // An XRC_RECV QP's receive CQ is that of the SRQ it last delivered into: not its own.
+  Cq* rcq = q->type() == IBV_QPT_XRC_RECV ? nullptr : q->recv_cq();
   Srq* srq = q->srq();
+  Xrcd* xrcd = q->xrcd();
   delete q;
-  scq->users.put();
-  rcq->users.put();
+  if (scq) scq->users.put();  // an XRC_RECV QP has no CQs
+  if (rcq) rcq->users.put();
   if (srq) srq->users.put();
+  if (xrcd) xrcd->users.put();
   pd.users.put();
   return 0;
 }

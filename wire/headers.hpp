@@ -54,6 +54,14 @@ struct Deth {
   friend bool operator==(const Deth&, const Deth&) = default;
 };
 
+// XRC Extended Transport Header (IBTA 9.5), 4 bytes: the SRQ at the target
+// that an XRC request is for.
+struct Xrceth {
+  static constexpr std::size_t kSize = 4;
+  std::uint32_t srqn = 0;  // 24 bits
+  friend bool operator==(const Xrceth&, const Xrceth&) = default;
+};
+
 // RDMA Extended Transport Header, 16 bytes. On WRITE FIRST/ONLY dma_len is the
 // length of the whole message, not of this packet.
 struct Reth {
@@ -278,6 +286,13 @@ inline void encode(const Deth& h, HeaderBytes<Deth> out) noexcept {
 inline Deth decode_deth(ConstHeaderBytes<Deth> in) noexcept {
   return {load_be32(in.data()), load_be24(in.data() + 5)};
 }
+
+// resv8 | XRCSRQ(24).
+inline void encode(const Xrceth& h, HeaderBytes<Xrceth> out) noexcept {
+  out[0] = 0;
+  store_be24(out.data() + 1, h.srqn);
+}
+inline Xrceth decode_xrceth(ConstHeaderBytes<Xrceth> in) noexcept { return {load_be24(in.data() + 1)}; }
 
 // VA(64) | R_Key(32) | DMA Length(32).
 inline void encode(const Reth& h, HeaderBytes<Reth> out) noexcept {

@@ -36,6 +36,7 @@ std::string_view to_string(Transport t) noexcept {
     case Transport::uc: return "UC";
     case Transport::ud: return "UD";
     case Transport::cnp: return "CNP";
+    case Transport::xrc: return "XRC";
   }
   return "?";
 }

@@ -18,7 +18,7 @@ namespace softverbs::wire {
 
 // Transport service, from opcode bits 7..5 (RD and vendor opcodes are not
 // listed and decode as invalid).
-enum class Transport : std::uint8_t { none, rc, uc, ud, cnp };
+enum class Transport : std::uint8_t { none, rc, uc, ud, cnp, xrc };
 
 enum class OpClass : std::uint8_t {
   none,
@@ -42,15 +42,18 @@ enum class Position : std::uint8_t { none, first, middle, last, only };
 // DETH then ImmDt, AETH then AtomicAckETH, FETH then RETH).
 namespace ext {
 inline constexpr std::uint16_t deth = 1u << 0;
-inline constexpr std::uint16_t feth = 1u << 1;
-inline constexpr std::uint16_t reth = 1u << 2;
-inline constexpr std::uint16_t atomic_eth = 1u << 3;
-inline constexpr std::uint16_t aeth = 1u << 4;
-inline constexpr std::uint16_t atomic_ack_eth = 1u << 5;
-inline constexpr std::uint16_t imm = 1u << 6;
-inline constexpr std::uint16_t ieth = 1u << 7;
-inline constexpr std::uint16_t cnp_reserved = 1u << 8;  // 16 reserved bytes of a CNP
-inline constexpr unsigned kCount = 9;
+// IBTA 9.5: the XRCETH follows the BTH of every XRC request, before the RETH,
+// AtomicETH or ImmDt.
+inline constexpr std::uint16_t xrceth = 1u << 1;
+inline constexpr std::uint16_t feth = 1u << 2;
+inline constexpr std::uint16_t reth = 1u << 3;
+inline constexpr std::uint16_t atomic_eth = 1u << 4;
+inline constexpr std::uint16_t aeth = 1u << 5;
+inline constexpr std::uint16_t atomic_ack_eth = 1u << 6;
+inline constexpr std::uint16_t imm = 1u << 7;
+inline constexpr std::uint16_t ieth = 1u << 8;
+inline constexpr std::uint16_t cnp_reserved = 1u << 9;  // 16 reserved bytes of a CNP
+inline constexpr unsigned kCount = 10;
 }  // namespace ext
 
 // Wire size of one extension header bit (0 if not exactly one known bit).
@@ -160,6 +163,9 @@ inline constexpr std::uint8_t uc_rdma_write_only_with_immediate = 0x2B;
 inline constexpr std::uint8_t ud_send_only = 0x64;
 inline constexpr std::uint8_t ud_send_only_with_immediate = 0x65;
 inline constexpr std::uint8_t cnp = 0x81;
+inline constexpr std::uint8_t xrc_send_only = 0xA4;
+inline constexpr std::uint8_t xrc_rdma_write_only = 0xAA;
+inline constexpr std::uint8_t xrc_acknowledge = 0xB1;
 }  // namespace opcode
 
 // ---------------------------------------------------------------------------
@@ -169,6 +175,7 @@ inline constexpr std::uint8_t cnp = 0x81;
 constexpr std::size_t ext_header_size(std::uint16_t bit) noexcept {
   switch (bit) {
     case ext::deth: return Deth::kSize;
+    case ext::xrceth: return Xrceth::kSize;
     case ext::feth: return kFethBytes;
     case ext::reth: return Reth::kSize;
     case ext::atomic_eth: return AtomicEth::kSize;
@@ -243,6 +250,31 @@ inline constexpr OpcodeRow kOpcodeRows[] = {
     // UD: only SEND ONLY, always with a DETH.
     {0x64, "UD_SEND_ONLY", C::send, P::only, ext::deth, true},
     {0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", C::send, P::only, ext::deth | ext::imm, true},
+    // XRC (IBTA 9.5, opcodes 0xA0-0xB7): the RC operations, each request with
+    // an XRCETH naming the target's SRQ; the responses carry none.
+    {0xA0, "XRC_SEND_FIRST", C::send, P::first, ext::xrceth, true},
+    {0xA1, "XRC_SEND_MIDDLE", C::send, P::middle, ext::xrceth, true},
+    {0xA2, "XRC_SEND_LAST", C::send, P::last, ext::xrceth, true},
+    {0xA3, "XRC_SEND_LAST_WITH_IMMEDIATE", C::send, P::last, ext::xrceth | ext::imm, true},
+    {0xA4, "XRC_SEND_ONLY", C::send, P::only, ext::xrceth, true},
+    {0xA5, "XRC_SEND_ONLY_WITH_IMMEDIATE", C::send, P::only, ext::xrceth | ext::imm, true},
+    {0xA6, "XRC_RDMA_WRITE_FIRST", C::rdma_write, P::first, ext::xrceth | ext::reth, true},
+    {0xA7, "XRC_RDMA_WRITE_MIDDLE", C::rdma_write, P::middle, ext::xrceth, true},
+    {0xA8, "XRC_RDMA_WRITE_LAST", C::rdma_write, P::last, ext::xrceth, true},
+    {0xA9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", C::rdma_write, P::last, ext::xrceth | ext::imm, true},
+    {0xAA, "XRC_RDMA_WRITE_ONLY", C::rdma_write, P::only, ext::xrceth | ext::reth, true},
+    {0xAB, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", C::rdma_write, P::only, ext::xrceth | ext::reth | ext::imm, true},
+    {0xAC, "XRC_RDMA_READ_REQUEST", C::rdma_read_request, P::only, ext::xrceth | ext::reth, false},
+    {0xAD, "XRC_RDMA_READ_RESPONSE_FIRST", C::rdma_read_response, P::first, ext::aeth, true},
+    {0xAE, "XRC_RDMA_READ_RESPONSE_MIDDLE", C::rdma_read_response, P::middle, 0, true},
+    {0xAF, "XRC_RDMA_READ_RESPONSE_LAST", C::rdma_read_response, P::last, ext::aeth, true},
+    {0xB0, "XRC_RDMA_READ_RESPONSE_ONLY", C::rdma_read_response, P::only, ext::aeth, true},
+    {0xB1, "XRC_ACKNOWLEDGE", C::ack, P::only, ext::aeth, false},
+    {0xB2, "XRC_ATOMIC_ACKNOWLEDGE", C::atomic_ack, P::only, ext::aeth | ext::atomic_ack_eth, false},
+    {0xB3, "XRC_COMPARE_SWAP", C::atomic, P::only, ext::xrceth | ext::atomic_eth, false},
+    {0xB4, "XRC_FETCH_ADD", C::atomic, P::only, ext::xrceth | ext::atomic_eth, false},
+    {0xB6, "XRC_SEND_LAST_WITH_INVALIDATE", C::send, P::last, ext::xrceth | ext::ieth, true},
+    {0xB7, "XRC_SEND_ONLY_WITH_INVALIDATE", C::send, P::only, ext::xrceth | ext::ieth, true},
     // RoCEv2 CNP (IBTA A17.9.3): BTH (BECN set) + 16 reserved bytes; decode only.
     {0x81, "CNP", C::cnp, P::only, ext::cnp_reserved, false, false},
 };
@@ -253,6 +285,7 @@ constexpr Transport transport_of(std::uint8_t opcode) noexcept {
     case 1: return Transport::uc;
     case 3: return Transport::ud;
     case 4: return Transport::cnp;
+    case 5: return Transport::xrc;
     default: return Transport::none;
   }
 }

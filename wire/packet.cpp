@@ -30,6 +30,7 @@ ParseError parse_headers(std::span<const std::uint8_t> pkt, PacketView& v) noexc
   if (v.bth.pad_cnt > body) return ParseError::pad_exceeds_payload;
 
   if (op.has(ext::deth)) v.deth = decode_deth(at<Deth>(pkt, op, ext::deth));
+  if (op.has(ext::xrceth)) v.xrceth = decode_xrceth(at<Xrceth>(pkt, op, ext::xrceth));
   if (op.has(ext::reth)) v.reth = decode_reth(at<Reth>(pkt, op, ext::reth));
   if (op.has(ext::atomic_eth)) {
     v.atomic_eth = decode_atomic_eth(at<AtomicEth>(pkt, op, ext::atomic_eth));
@@ -125,6 +126,7 @@ std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::u
   bth.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
   encode(bth, pkt.first<Bth::kSize>());
   if (op.has(ext::deth)) encode(h.deth, at<Deth>(pkt, op, ext::deth));
+  if (op.has(ext::xrceth)) encode(h.xrceth, at<Xrceth>(pkt, op, ext::xrceth));
   if (op.has(ext::reth)) encode(h.reth, at<Reth>(pkt, op, ext::reth));
   if (op.has(ext::atomic_eth)) encode(h.atomic_eth, at<AtomicEth>(pkt, op, ext::atomic_eth));
   if (op.has(ext::aeth)) encode(h.aeth, at<Aeth>(pkt, op, ext::aeth));

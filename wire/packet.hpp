@@ -30,6 +30,7 @@ namespace softverbs::wire {
 struct PacketHeaders {
   Bth bth;
   Deth deth;
+  Xrceth xrceth;
   Reth reth;
   Aeth aeth;
   AtomicEth atomic_eth;

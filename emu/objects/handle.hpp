@@ -41,7 +41,7 @@ Outer* outer_of(Inner* inner, std::size_t member_offset) noexcept {
 }
 
 // The kinds of objects the kernel keeps in a context's object table.
-enum class ObjectType : uint8_t { pd, mr, cq, srq, qp, ah, mw, dm };
+enum class ObjectType : uint8_t { pd, mr, cq, srq, qp, ah, mw, dm, xrcd };
 
 // A context's object numbers: the kernel's per-file uverbs table (an xarray
 // allocating the lowest free number, shared by every object type;

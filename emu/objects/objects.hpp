@@ -8,6 +8,7 @@
 
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -54,6 +55,7 @@ class Mw;
 class Dm;
 class Cq;
 class Srq;
+class Xrcd;
 class Qp;
 
 // ---------------------------------------------------------------------------
@@ -519,6 +521,42 @@ class Cq {
 };
 
 // ---------------------------------------------------------------------------
+// An XRC domain (IBTA 14.2.4, ibv_open_xrcd(3)): what XRC SRQs and XRC target
+// QPs must share. Every open of the same file (same inode) on the same device
+// within the process yields the same domain; fd -1 gives a domain of its own.
+struct XrcDomain {
+  int device_index = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool anonymous = true;
+};
+
+// One ibv_open_xrcd: a handle on a domain. SRQs created through it count as
+// its users (ibv_close_xrcd refuses while they exist, EBUSY).
+class Xrcd {
+ public:
+  Xrcd(Context& ctx, std::shared_ptr<XrcDomain> domain);
+  ibv_xrcd* ibv() { return &handle_.pub; }
+  static Xrcd* from(ibv_xrcd* xrcd) { return Handle<ibv_xrcd, Xrcd>::owner_of(xrcd); }
+  Context& context() { return ctx_; }
+  const std::shared_ptr<XrcDomain>& domain() const { return domain_; }
+
+  // The protection domain an XRC_RECV QP is built on: such a QP has no PD of
+  // its own (its ibv_qp.pd is NULL); memory access at the target is checked
+  // against the PD of the SRQ a request names (IBTA 14.2.4).
+  Pd& qp_pd() { return qp_pd_; }
+
+  UseCount users;       // XRC SRQs and XRC_RECV QPs created through this handle
+  uint32_t number = 0;  // the context's object number (rdma-core keeps it in verbs_xrcd)
+
+ private:
+  Handle<ibv_xrcd, Xrcd> handle_;
+  Context& ctx_;
+  std::shared_ptr<XrcDomain> domain_;
+  Pd qp_pd_;
+};
+
+// ---------------------------------------------------------------------------
 class Srq {
  public:
   Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge);
@@ -538,11 +576,29 @@ class Srq {
   WorkQueue<RecvWqe> rq;
   uint32_t limit = 0;
   bool error = false;
+  // The SRQ number (ibv_get_srq_num): unique on the device, what an XRC
+  // sender names in its XRCETH.
+  uint32_t srqn = 0;
+  // An XRC SRQ (IBV_SRQT_XRC): its domain handle and the CQ its receive
+  // completions go to; null for a basic SRQ.
+  Xrcd* xrcd = nullptr;
+  Cq* cq = nullptr;
 
  private:
   Handle<ibv_srq, Srq> handle_;
   Pd& pd_;
 };
+
+// SRQ numbers, unique per device (emu/objects/xrcd.cpp): every SRQ gets one
+// at creation; an XRC responder finds the SRQ an XRCETH names by it.
+// acquire_srq and unregister_srq_if_unused hold the table's lock while they
+// look at the SRQ's users, so that an SRQ found by number cannot be destroyed
+// between the lookup and the use the finder takes.
+uint32_t register_srq(const Device& dev, Srq* srq);
+// False, and nothing changed, while the SRQ has users.
+bool unregister_srq_if_unused(const Device& dev, Srq* srq);
+// The SRQ of that number with one more use taken (users.get()), or null.
+Srq* acquire_srq(const Device& dev, uint32_t srqn);
 
 // ---------------------------------------------------------------------------
 class Ah {

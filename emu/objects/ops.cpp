@@ -164,9 +164,15 @@ int check_create_qp_ex(const ibv_qp_init_attr_ex& attr) {
   // makes the answer deterministic.
   if (mask & ~kMlx5QpCompMask) return EINVAL;
   if ((mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr.qp_type != IBV_QPT_RAW_PACKET) return EINVAL;
-  // The device has no XRC domains or RSS.
-  if (mask & (IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)) return EOPNOTSUPP;
-  if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr.pd) return EINVAL;  // the kernel needs the PD of an RC/UC/UD QP
+  // The device has no RSS.
+  if (mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH)) return EOPNOTSUPP;
+  // The kernel needs the XRC domain of an XRC_RECV QP and the PD of any other
+  // (an XRCD given to another type is ignored).
+  if (attr.qp_type == IBV_QPT_XRC_RECV) {
+    if (!(mask & IBV_QP_INIT_ATTR_XRCD) || !attr.xrcd) return EINVAL;
+  } else if (!(mask & IBV_QP_INIT_ATTR_PD) || !attr.pd) {
+    return EINVAL;
+  }
   if (!(mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) || attr.create_flags == 0) return 0;
   const uint32_t flags = attr.create_flags;
   if ((flags & IBV_QP_CREATE_SOURCE_QPN) && attr.qp_type != IBV_QPT_UD) return EINVAL;
@@ -251,6 +257,10 @@ void install_context_ops(verbs_context* vctx) {
   vctx->query_rt_values = op_query_rt_values;
   install_dm_ops(vctx);
   install_odp_ops(vctx);
+  vctx->open_xrcd = op_open_xrcd;
+  vctx->close_xrcd = op_close_xrcd;
+  vctx->create_srq_ex = op_create_srq_ex;
+  vctx->get_srq_num = op_get_srq_num;
   // Binaries built against libibverbs 1.1.x reach these compatibility slots.
   vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
       dlsym(RTLD_DEFAULT, "ibv_query_port"));

@@ -26,6 +26,17 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size
 // them (emu/objects/ops.cpp): 0 or the errno.
 int check_create_qp_ex(const ibv_qp_init_attr_ex& attr);
 
+// The XRC slots (emu/objects/xrcd.cpp): ibv_open_xrcd, ibv_close_xrcd,
+// ibv_create_srq_ex (beyond the basic form) and ibv_get_srq_num.
+ibv_xrcd* op_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int op_close_xrcd(ibv_xrcd* xrcd);
+ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int op_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+
+// ibv_create_qp_ex of an XRC_SEND or XRC_RECV QP, after check_create_qp_ex
+// (emu/objects/xrcd.cpp). NULL and errno on failure.
+ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
+
 // The memory window slots of ibv_context_ops (emu/objects/mw.cpp).
 ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int op_dealloc_mw(ibv_mw* mw);

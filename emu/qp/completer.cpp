@@ -19,6 +19,7 @@ using namespace wire;
 }  // namespace
 
 void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited) {
+  if (!cq) return;  // an XRC_RECV QP between SRQs: nothing to complete
   // After a forced error completion, until the QP is in the error state, the
   // completions that follow are flushed, as they would be behind a real one.
   if (error_pending_ && wc.status == IBV_WC_SUCCESS) wc.status = IBV_WC_WR_FLUSH_ERR;
@@ -178,7 +179,7 @@ void Qp::completer_locked(const PacketView& pkt) {
 
 CompStep Qp::comp_get_ack_locked(CompContext&) {
   // Only a reliable connection has responses.
-  return type_ == IBV_QPT_RC ? CompStep::check_psn : CompStep::done;
+  return requester_reliable() ? CompStep::check_psn : CompStep::done;
 }
 
 CompStep Qp::comp_check_psn_locked(CompContext& c) {

@@ -188,7 +188,7 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
     comp_.retry_left = attr_.retry_cnt;
     comp_.rnr_retry_left = attr_.rnr_retry;
     req_.rnr_waiting = false;
-    if (!timer_ && type_ == IBV_QPT_RC) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
+    if (!timer_ && requester_reliable()) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
     requester_locked();
   } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {
     attr_.sq_draining = 0;
@@ -238,7 +238,8 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     }
     // A QP attached to an SRQ has no receive queue of its own. One in RESET
     // keeps the receive for later unless posts before RTS are refused.
-    if (srq_ || (state == IBV_QPS_RESET && early_post_ == EarlyPost::refuse)) {
+    // Neither XRC QP has one: receives are posted to XRC SRQs.
+    if (srq_ || is_xrc() || (state == IBV_QPS_RESET && early_post_ == EarlyPost::refuse)) {
       *bad_wr = wr;
       return EINVAL;
     }
@@ -315,6 +316,8 @@ int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t qu
   // when the requester reaches it (send_next_packet_locked); only opcodes no
   // emulated service has are refused here.
   if (!opcode_valid_for(IBV_QPT_RC, wr.opcode)) return EINVAL;
+  // An XRC_RECV QP has no send queue (IBTA 14.2.4.3).
+  if (type_ == IBV_QPT_XRC_RECV) return EINVAL;
   // A bind or local invalidation carries no data: its SGE list is ignored.
   const int num_sge = is_local_op(wr.opcode) ? 0 : wr.num_sge;
   if (num_sge < 0 || static_cast<uint32_t>(num_sge) > sq_.max_sge()) return EINVAL;
@@ -390,6 +393,7 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
     default:
       break;
   }
+  wqe.remote_srqn = type_ == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn & 0xffffff : 0;
   if (type_ == IBV_QPT_UD) {
     wqe.ah = wr.wr.ud.ah;
     wqe.remote_qpn = wr.wr.ud.remote_qpn & 0xffffff;
@@ -420,8 +424,10 @@ void Qp::shutdown() {
 }
 
 void Qp::clean_cqs_locked() {
-  send_cq_->clean(qpn());
-  if (recv_cq_ != send_cq_) recv_cq_->clean(qpn());
+  // An XRC_RECV QP has no CQs of its own; its receive completions went to its
+  // SRQs' CQs and stay there, as the QP is not theirs to clean.
+  if (send_cq_) send_cq_->clean(qpn());
+  if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->clean(qpn());
 }
 
 void Qp::enter_error_locked() {

@@ -81,6 +81,9 @@ class Qp {
   Cq* recv_cq() { return recv_cq_; }
   Srq* srq() { return srq_; }
   bool sq_sig_all() const { return sq_sig_all_; }
+  // XRC_RECV: the domain handle the QP was created with (null otherwise).
+  Xrcd* xrcd() { return xrcd_; }
+  void set_xrcd(Xrcd* xrcd) { xrcd_ = xrcd; }
 
   EventCount events;
 
@@ -118,6 +121,21 @@ class Qp {
   void after_post_send_locked(ibv_qp_state state);
 
   // ---- shared by the roles -------------------------------------------------
+  // The reliable services: RC, and XRC on both sides (IBTA 9.5: XRC follows
+  // RC's acknowledgement, retry and ordering rules).
+  bool requester_reliable() const { return type_ == IBV_QPT_RC || type_ == IBV_QPT_XRC_SEND; }
+  bool responder_reliable() const { return type_ == IBV_QPT_RC || type_ == IBV_QPT_XRC_RECV; }
+  bool is_xrc() const { return type_ == IBV_QPT_XRC_SEND || type_ == IBV_QPT_XRC_RECV; }
+  // The opcode of this QP's service for an RC opcode: XRC's are the same
+  // operations in class 0xA0 (IBTA 9.2.1, Table 38).
+  uint8_t service_opcode(uint8_t rc_opcode) const {
+    return is_xrc() ? static_cast<uint8_t>(rc_opcode | 0xA0) : rc_opcode;
+  }
+  // XRC_RECV: binds the QP to the SRQ the XRCETH names, if it is an XRC SRQ
+  // of the QP's domain; false otherwise (the request is an invalid request).
+  bool bind_xrc_srq_locked(uint32_t srqn);
+  // The PD remote access is checked against: the current SRQ's for XRC_RECV.
+  const Pd& access_pd() const { return type_ == IBV_QPT_XRC_RECV && srq_ ? srq_->pd() : pd_; }
   void flush_locked();
   // Removes the QP's completions from its send and receive CQs (reset, destroy).
   void clean_cqs_locked();
@@ -238,7 +256,8 @@ class Qp {
   ibv_qp_type type_;
   Cq* send_cq_;
   Cq* recv_cq_;
-  Srq* srq_;
+  Srq* srq_;  // XRC_RECV: the SRQ the last request was for (it holds a use of it)
+  Xrcd* xrcd_ = nullptr;
   bool sq_sig_all_;
   EarlyPost early_post_;
   ibv_qp_cap cap_{};

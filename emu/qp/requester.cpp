@@ -126,7 +126,8 @@ void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
   const uint32_t mtu = mtu_bytes();
   uint64_t len = std::min<uint64_t>(w.total_length - offset, uint64_t{kReadChunkPackets} * mtu);
   PacketHeaders h;
-  h.bth.opcode = opcode::rc_rdma_read_request;
+  h.bth.opcode = service_opcode(opcode::rc_rdma_read_request);
+  h.xrceth.srqn = w.remote_srqn;
   h.bth.dest_qp = attr_.dest_qp_num;
   h.bth.psn = psn;
   h.bth.ack_req = true;
@@ -288,7 +289,8 @@ void Qp::send_atomic_locked(SendWqe& w) {
   PacketHeaders h;
   h.bth.dest_qp = attr_.dest_qp_num;
   h.bth.psn = req_.psn;
-  h.bth.opcode = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::rc_compare_swap : opcode::rc_fetch_add;
+  h.bth.opcode = service_opcode(w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? opcode::rc_compare_swap : opcode::rc_fetch_add);
+  h.xrceth.srqn = w.remote_srqn;
   h.bth.ack_req = true;
   h.atomic_eth.va = w.remote_addr;
   h.atomic_eth.rkey = w.rkey;
@@ -323,8 +325,9 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
                             : last        ? Position::last
                                           : Position::middle;
   const uint16_t extra = !last ? 0 : with_imm ? ext::imm : with_inv ? ext::ieth : 0;
-  h.bth.opcode = request_opcode(uc ? Transport::uc : Transport::rc, is_write ? OpClass::rdma_write : OpClass::send,
-                                position, extra);
+  const Transport service = uc ? Transport::uc : type_ == IBV_QPT_XRC_SEND ? Transport::xrc : Transport::rc;
+  h.bth.opcode = request_opcode(service, is_write ? OpClass::rdma_write : OpClass::send, position, extra);
+  h.xrceth.srqn = w.remote_srqn;  // IBTA 9.5: every XRC request packet names the SRQ
   if (is_write && first) {
     h.reth.va = w.remote_addr;
     h.reth.rkey = w.rkey;

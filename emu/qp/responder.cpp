@@ -27,7 +27,7 @@ constexpr size_t kMinResources = 16;
 
 void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
   PacketHeaders h;
-  h.bth.opcode = opcode::rc_acknowledge;
+  h.bth.opcode = service_opcode(opcode::rc_acknowledge);
   h.bth.dest_qp = attr_.dest_qp_num;
   h.bth.psn = psn;
   h.aeth = aeth;
@@ -99,7 +99,7 @@ void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32
 }
 
 void Qp::responder_error_locked(const RespErrorRow& e, uint32_t psn) {
-  if (type_ == IBV_QPT_RC) {
+  if (responder_reliable()) {
     device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
     send_ack_locked(Aeth::nak(resp_.msn, e.nak), psn);
   }
@@ -115,7 +115,7 @@ void Qp::responder_error_locked(const RespErrorRow& e, uint32_t psn) {
 
 void Qp::send_atomic_ack_locked(uint32_t psn, uint64_t orig) {
   PacketHeaders h;
-  h.bth.opcode = opcode::rc_atomic_acknowledge;
+  h.bth.opcode = service_opcode(opcode::rc_atomic_acknowledge);
   h.bth.dest_qp = attr_.dest_qp_num;
   h.bth.psn = psn;
   h.aeth = Aeth::ack(resp_.msn);
@@ -134,20 +134,20 @@ void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t le
   const uint32_t n = packets_for(len, mtu);
   std::shared_lock mr_lock(device().mr_lock());
   const uint8_t* src =
-      len ? check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, rkey, va, len, IBV_ACCESS_REMOTE_READ) : nullptr;
+      len ? check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, rkey, va, len, IBV_ACCESS_REMOTE_READ) : nullptr;
   if (len && !src) return;  // the region or window went away since the request was checked
   for (uint32_t i = 0; i < n; ++i) {
     PacketHeaders h;
     h.bth.dest_qp = attr_.dest_qp_num;
     h.bth.psn = psn_add(psn, i);
     if (n == 1) {
-      h.bth.opcode = opcode::rc_rdma_read_response_only;
+      h.bth.opcode = service_opcode(opcode::rc_rdma_read_response_only);
     } else if (i == 0) {
-      h.bth.opcode = opcode::rc_rdma_read_response_first;
+      h.bth.opcode = service_opcode(opcode::rc_rdma_read_response_first);
     } else if (i + 1 == n) {
-      h.bth.opcode = opcode::rc_rdma_read_response_last;
+      h.bth.opcode = service_opcode(opcode::rc_rdma_read_response_last);
     } else {
-      h.bth.opcode = opcode::rc_rdma_read_response_middle;
+      h.bth.opcode = service_opcode(opcode::rc_rdma_read_response_middle);
     }
     h.aeth = Aeth::ack(resp_.msn);
     uint64_t off = uint64_t{i} * mtu;
@@ -246,7 +246,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
 
 void Qp::responder_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   if (type_ == IBV_QPT_UD) return ud_receive_locked(pkt, src, dst);
-  RespContext r{pkt, *pkt.op, src, pkt.bth.psn, type_ == IBV_QPT_RC};
+  RespContext r{pkt, *pkt.op, src, pkt.bth.psn, responder_reliable()};
   RespStep step = RespStep::check_op_valid;
   while (step != RespStep::done) {
     switch (step) {
@@ -277,7 +277,11 @@ RespStep Qp::resp_check_op_valid_locked(RespContext& r) {
   // An opcode of another transport service is silently dropped (IBTA 9.6.1),
   // before it can touch the PSN state.
   const bool uc = type_ == IBV_QPT_UC;
-  if (!(r.rc && r.op.transport == Transport::rc) && !(uc && r.op.transport == Transport::uc)) return RespStep::drop;
+  const Transport expected = type_ == IBV_QPT_XRC_RECV ? Transport::xrc : uc ? Transport::uc : Transport::rc;
+  if ((!r.rc && !uc) || r.op.transport != expected) return RespStep::drop;
+  // IBTA 9.5: an XRC request names its SRQ; one that is no XRC SRQ of the QP's
+  // domain makes the request invalid (NAK invalid request).
+  if (type_ == IBV_QPT_XRC_RECV && !bind_xrc_srq_locked(r.pkt.xrceth.srqn)) return RespStep::err_invalid_request;
   return RespStep::establish;
 }
 
@@ -382,7 +386,7 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
         RespStep err = RespStep::check_resources;
         if (pkt.reth.dma_len > caps::kMaxMsgSz) {
           err = RespStep::err_invalid_request;
-        } else if (pkt.reth.dma_len && !check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, resp_.wr.rkey,
+        } else if (pkt.reth.dma_len && !check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, resp_.wr.rkey,
                                                    resp_.wr.va, resp_.wr.total, IBV_ACCESS_REMOTE_WRITE)) {
           err = RespStep::err_remote_access;
         }
@@ -396,7 +400,7 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
     case OpClass::rdma_read_request: {
       const uint64_t len = pkt.reth.dma_len;
       if (len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
-      if (len && !check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len,
+      if (len && !check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len,
                              IBV_ACCESS_REMOTE_READ))
         return RespStep::err_remote_access;
       return RespStep::check_resources;
@@ -404,7 +408,7 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
     case OpClass::atomic: {
       const uint64_t va = pkt.atomic_eth.va;
       if (va % 8) return RespStep::err_invalid_request;  // misaligned atomic
-      r.atomic_target = check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, pkt.atomic_eth.rkey, va, 8,
+      r.atomic_target = check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, pkt.atomic_eth.rkey, va, 8,
                                    IBV_ACCESS_REMOTE_ATOMIC);
       if (!r.atomic_target) return RespStep::err_remote_access;
       return RespStep::check_resources;
@@ -478,7 +482,7 @@ RespStep Qp::resp_execute_send_locked(RespContext& r) {
       // QP's PD bound to this QP can be; anything else, an ordinary region's
       // rkey included, is an invalid request.
       std::unique_lock excl(device().mr_lock());
-      if (!invalidate_window(device(), pd_, qpn(), pkt.ieth.rkey, Invalidation::remote))
+      if (!invalidate_window(device(), access_pd(), qpn(), pkt.ieth.rkey, Invalidation::remote))
         return RespStep::err_invalid_request;
     }
     resp_.msn = psn_add(resp_.msn, 1);
@@ -494,7 +498,7 @@ RespStep Qp::resp_execute_write_locked(RespContext& r) {
   const uint64_t plen = pkt.payload.size();
   if (plen) {
     // Checked for every packet: the region may have gone since the first.
-    uint8_t* dst = check_rkey(device(), pd_, qpn(), attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va, plen,
+    uint8_t* dst = check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, resp_.wr.rkey, resp_.wr.va, plen,
                               IBV_ACCESS_REMOTE_WRITE);
     if (!dst) return RespStep::err_remote_access;
     std::memcpy(dst, pkt.payload.data(), plen);
@@ -533,7 +537,7 @@ RespStep Qp::resp_execute_atomic_locked(RespContext& r) {
   // The operation is atomic with respect to the host CPU too.
   auto* target = reinterpret_cast<uint64_t*>(r.atomic_target);
   uint64_t orig;
-  if (r.op.opcode == opcode::rc_compare_swap) {
+  if (r.op.opcode == service_opcode(opcode::rc_compare_swap)) {
     orig = pkt.atomic_eth.compare;
     __atomic_compare_exchange_n(target, &orig, pkt.atomic_eth.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   } else {
@@ -585,10 +589,26 @@ void Qp::rnr_nak_locked(uint32_t psn) {
 
 void Qp::forge_nak(uint32_t psn, uint8_t syndrome) {
   std::lock_guard lock(mu_);
-  if (type_ != IBV_QPT_RC) return;
+  if (!responder_reliable()) return;
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
   send_ack_locked(Aeth{syndrome, resp_.msn}, psn);
+}
+
+bool Qp::bind_xrc_srq_locked(uint32_t srqn) {
+  if (srq_ && srq_->srqn == srqn) return true;
+  // The QP keeps a use of the SRQ it delivers into, so that the SRQ outlives
+  // a message under way (ibv_destroy_srq: EBUSY meanwhile).
+  Srq* s = acquire_srq(device(), srqn);
+  if (!s) return false;
+  if (!s->xrcd || !xrcd_ || s->xrcd->domain() != xrcd_->domain()) {
+    s->users.put();
+    return false;
+  }
+  if (srq_) srq_->users.put();
+  srq_ = s;
+  recv_cq_ = s->cq;
+  return true;
 }
 
 void Qp::receive(const PacketView& pkt, in_addr src, in_addr dst) {

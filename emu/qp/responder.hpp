@@ -146,7 +146,7 @@ struct RespContext {
   const wire::OpcodeInfo& op;
   in_addr src;
   uint32_t psn;
-  bool rc;  // RC (else UC)
+  bool rc;  // reliable: RC or XRC_RECV (else UC)
   // Held from check_rkey while the request uses registered memory, so a
   // concurrent deregistration waits; released before completions and NAKs.
   std::shared_lock<std::shared_mutex> mr_lock{};

@@ -37,6 +37,7 @@ struct SendWqe {
   ibv_ah* ah = nullptr;      // UD
   uint32_t remote_qpn = 0;   // UD
   uint32_t remote_qkey = 0;  // UD
+  uint32_t remote_srqn = 0;  // XRC_SEND: the target's SRQ (its XRCETH)
   uint32_t ud_dest = 0;      // UD: the address the AH resolved to at post time (network order)
   uint8_t ud_tclass = 0;     // UD: the AH's traffic class, the datagram's IPv4 TOS
   bool is_inline = false;    // payload copied into the queue at post time
@@ -78,6 +79,9 @@ inline bool opcode_valid_for(ibv_qp_type type, ibv_wr_opcode op) {
              op == IBV_WR_RDMA_WRITE_WITH_IMM || is_local_op(op);
     case IBV_QPT_UD:
       return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM;
+    case IBV_QPT_XRC_SEND:
+      // RC's operations (IBTA 9.5); no memory windows on XRC QPs here.
+      return opcode_valid_for(IBV_QPT_RC, op) && !is_local_op(op);
     default:
       return false;
   }

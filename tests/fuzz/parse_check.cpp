@@ -76,6 +76,7 @@ PacketHeaders decode_all(std::span<const std::uint8_t> pkt, const OpcodeInfo& op
   h.bth = decode_bth(pkt.first<Bth::kSize>());
   auto at = [&](std::uint16_t bit) { return pkt.data() + header_offset(op, bit); };
   if (op.has(ext::deth)) h.deth = decode_deth(ConstHeaderBytes<Deth>(at(ext::deth), Deth::kSize));
+  if (op.has(ext::xrceth)) h.xrceth = decode_xrceth(ConstHeaderBytes<Xrceth>(at(ext::xrceth), Xrceth::kSize));
   if (op.has(ext::reth)) h.reth = decode_reth(ConstHeaderBytes<Reth>(at(ext::reth), Reth::kSize));
   if (op.has(ext::atomic_eth))
     h.atomic_eth = decode_atomic_eth(ConstHeaderBytes<AtomicEth>(at(ext::atomic_eth), AtomicEth::kSize));
@@ -200,6 +201,7 @@ void check_as_packet(std::span<const std::uint8_t> pkt, Report& r) {
     canon[4] &= 0xC0;  // FECN, BECN; resv6
     canon[8] &= 0x80;  // AckReq; resv7
     if (op.has(ext::deth)) canon[header_offset(op, ext::deth) + 4] = 0;
+    if (op.has(ext::xrceth)) canon[header_offset(op, ext::xrceth)] = 0;  // XRCETH resv8
     std::fill_n(canon.end() - kIcrcBytes - v.bth.pad_cnt, v.bth.pad_cnt, std::uint8_t{0});
     write_icrc(flow, canon);
     if (!std::equal(canon.begin(), canon.end(), built.begin(), built.end())) {
@@ -252,6 +254,7 @@ void check_build(std::span<const std::uint8_t> input, Report& r) {
   h.bth.psn = rd.take<std::uint32_t>();
   const OpcodeInfo& op = opcode_info(h.bth.opcode);
   if (op.has(ext::deth)) h.deth = {rd.take<std::uint32_t>(), rd.take<std::uint32_t>()};
+  if (op.has(ext::xrceth)) h.xrceth = {rd.take<std::uint32_t>()};
   if (op.has(ext::reth)) h.reth = {rd.take<std::uint64_t>(), rd.take<std::uint32_t>(), rd.take<std::uint32_t>()};
   if (op.has(ext::atomic_eth))
     h.atomic_eth = {rd.take<std::uint64_t>(), rd.take<std::uint32_t>(), rd.take<std::uint64_t>(),
@@ -330,6 +333,7 @@ void check_build(std::span<const std::uint8_t> input, Report& r) {
   w.bth.dest_qp &= kQpnMask;
   w.bth.psn &= 0xFFFFFF;
   if (op.has(ext::deth)) w.deth = {h.deth.qkey, h.deth.src_qp & kQpnMask};
+  if (op.has(ext::xrceth)) w.xrceth = {h.xrceth.srqn & kQpnMask};
   if (op.has(ext::reth)) w.reth = h.reth;
   if (op.has(ext::atomic_eth)) w.atomic_eth = h.atomic_eth;
   if (op.has(ext::aeth)) w.aeth = {h.aeth.syndrome, h.aeth.msn & 0xFFFFFF};

@@ -67,6 +67,8 @@ TEST(OpcodeTable, ListsExactlyTheRoceV2Opcodes) {
   expected.insert({0x16, 0x17, 0x1C, 0x1D});
   for (unsigned op = 0x20; op <= 0x2B; ++op) expected.insert(op);
   expected.insert({0x64, 0x65, 0x81});
+  for (unsigned op = 0xA0; op <= 0xB4; ++op) expected.insert(op);  // XRC (IBTA 9.5)
+  expected.insert({0xB6, 0xB7});
   std::set<unsigned> listed;
   for (auto op : listed_opcodes()) listed.insert(op);
   EXPECT_EQ(listed, expected);
@@ -79,7 +81,7 @@ TEST(OpcodeTable, ListsExactlyTheRoceV2Opcodes) {
 
 TEST(OpcodeTable, InvalidEntries) {
   for (unsigned op : {0x15u, 0x18u, 0x1Eu, 0x1Fu, 0x2Cu, 0x30u, 0x40u, 0x44u, 0x60u, 0x63u, 0x66u,
-                      0x80u, 0x82u, 0xC0u, 0xFFu}) {
+                      0x80u, 0x82u, 0xB5u, 0xB8u, 0xBCu, 0xBDu, 0xC0u, 0xFFu}) {
     const OpcodeInfo& e = opcode_info(static_cast<std::uint8_t>(op));
     EXPECT_FALSE(e.valid) << op;
     EXPECT_FALSE(e.supported) << op;
@@ -99,7 +101,8 @@ TEST(OpcodeTable, EntriesAreConsistent) {
     const Transport t = op < 0x20   ? Transport::rc
                         : op < 0x40 ? Transport::uc
                         : op < 0x80 ? Transport::ud
-                                    : Transport::cnp;
+                        : op < 0xA0 ? Transport::cnp
+                                    : Transport::xrc;
     EXPECT_EQ(e.transport, t) << e.name;
     EXPECT_EQ(e.name.substr(0, 2), to_string(t).substr(0, 2)) << e.name;
     // Header length is BTH plus the listed headers.
@@ -112,6 +115,14 @@ TEST(OpcodeTable, EntriesAreConsistent) {
     EXPECT_EQ(e.has_imm(), e.name.find("IMMEDIATE") != std::string_view::npos) << e.name;
     EXPECT_EQ(e.has_ieth(), e.name.find("INVALIDATE") != std::string_view::npos) << e.name;
     EXPECT_EQ(e.has(ext::deth), e.transport == Transport::ud) << e.name;
+    // IBTA 9.5: every XRC request, and nothing else, carries an XRCETH.
+    EXPECT_EQ(e.has(ext::xrceth), e.transport == Transport::xrc && e.is_request) << e.name;
+    if (e.transport == Transport::xrc) {
+      // The same operation as the RC opcode 0xA0 below it.
+      const OpcodeInfo& rc = opcode_info(static_cast<std::uint8_t>(op - 0xA0));
+      EXPECT_EQ(e.name.substr(3), rc.name.substr(2)) << e.name;
+      EXPECT_EQ(e.headers & ~ext::xrceth, rc.headers) << e.name;
+    }
     EXPECT_NE(e.position, Position::none);
     EXPECT_NE(e.op_class, OpClass::none);
   }
@@ -179,6 +190,11 @@ bool expected_sequence(std::uint8_t prev, std::uint8_t cur) {
   if (!c.valid || !c.is_request) return false;
   const OpcodeInfo& p = opcode_info(prev);
   if (p.valid && p.transport != c.transport) return false;
+  // XRC follows RC's rules in its own class (0xA0 | the RC opcode).
+  if (c.transport == Transport::xrc) {
+    return expected_sequence(p.valid ? static_cast<std::uint8_t>(prev - 0xA0) : prev,
+                             static_cast<std::uint8_t>(cur - 0xA0));
+  }
   if (in(prev, {rc_send_first, rc_send_middle})) {
     return in(cur, {rc_send_middle, rc_send_last, rc_send_last_with_immediate,
                     rc_send_last_with_invalidate});
@@ -287,6 +303,49 @@ TEST(TransportHeaders, DethLayout) {
   EXPECT_EQ(decode_deth(view_of<Deth>(expected)), h);
   const Bytes reserved_set = {0x80, 0x01, 0x00, 0x00, 0xEE, 0x00, 0x00, 0x01};
   EXPECT_EQ(decode_deth(view_of<Deth>(reserved_set)), h);
+}
+
+// resv8 | XRCSRQ(24): the reserved byte is written as 0 and ignored on decode.
+TEST(TransportHeaders, XrcethLayout) {
+  const Xrceth h{0xABCDEF};
+  const Bytes expected = {0x00, 0xAB, 0xCD, 0xEF};
+  EXPECT_EQ(encoded(h), expected);
+  EXPECT_EQ(decode_xrceth(view_of<Xrceth>(expected)), h);
+  const Bytes reserved_set = {0x5A, 0xAB, 0xCD, 0xEF};
+  EXPECT_EQ(decode_xrceth(view_of<Xrceth>(reserved_set)), h);
+  EXPECT_EQ(encoded(Xrceth{0x1ABCDEF}), expected);  // 24 bits
+}
+
+// XRC RDMA WRITE ONLY with immediate: BTH, XRCETH, RETH, ImmDt, in that order.
+TEST(TransportPacket, HandWrittenXrcWriteOnlyWithImmediate) {
+  PacketHeaders h;
+  h.bth.opcode = 0xAB;
+  h.bth.dest_qp = 0x000102;
+  h.bth.psn = 0x000005;
+  h.xrceth.srqn = 0x00C0DE;
+  h.reth = {0x1000, 0x0000AA55, 4};
+  const std::uint8_t imm[4] = {0xA0, 0xB0, 0xC0, 0xD0};
+  std::memcpy(&h.imm.data, imm, 4);
+  const Bytes payload = {0x01, 0x02, 0x03, 0x04};
+  Bytes out(64, 0xEE);
+  const std::size_t n = build(h, payload, out, nullptr);
+  // clang-format off
+  const Bytes expected = {
+      0xAB, 0x00, 0xFF, 0xFF, 0x00, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x05,  // BTH
+      0x00, 0x00, 0xC0, 0xDE,                                                  // XRCETH
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00,                          // RETH va
+      0x00, 0x00, 0xAA, 0x55, 0x00, 0x00, 0x00, 0x04,                          // rkey, len
+      0xA0, 0xB0, 0xC0, 0xD0,                                                  // ImmDt
+      0x01, 0x02, 0x03, 0x04,                                                  // payload
+      0x00, 0x00, 0x00, 0x00};                                                 // no ICRC
+  // clang-format on
+  ASSERT_EQ(n, expected.size());
+  EXPECT_EQ(Bytes(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n)), expected);
+  PacketView v;
+  ASSERT_EQ(parse(Bytes(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n)), v), ParseError::ok);
+  EXPECT_EQ(v.xrceth.srqn, 0x00C0DEu);
+  EXPECT_EQ(v.reth.rkey, 0x0000AA55u);
+  EXPECT_EQ(v.op->transport, Transport::xrc);
 }
 
 TEST(TransportHeaders, RethLayout) {
@@ -427,6 +486,7 @@ PacketHeaders random_headers(std::mt19937& rng, std::uint8_t op) {
   h.bth.ack_req = rng() & 1;
   h.bth.psn = r32() & 0xFFFFFF;
   h.deth = {r32(), r32() & kQpnMask};
+  h.xrceth = {r32() & kQpnMask};
   h.reth = {r64(), r32(), r32()};
   h.aeth = {static_cast<std::uint8_t>(rng()), r32() & 0xFFFFFF};
   h.atomic_eth = {r64(), r32(), r64(), r64()};
@@ -444,6 +504,7 @@ PacketHeaders expected_after_parse(const PacketHeaders& in, std::size_t payload_
   e.bth = in.bth;
   e.bth.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
   if (op.has(ext::deth)) e.deth = in.deth;
+  if (op.has(ext::xrceth)) e.xrceth = in.xrceth;
   if (op.has(ext::reth)) e.reth = in.reth;
   if (op.has(ext::aeth)) e.aeth = in.aeth;
   if (op.has(ext::atomic_eth)) e.atomic_eth = in.atomic_eth;
