@@ -118,7 +118,7 @@ TEST_F(CmConnect, CreateQpExWithUnsupportedCompMaskGivesTheVerbsErrno) {
     ibv_cq* cq = ibv_create_cq(ctx, 8, nullptr, nullptr, 0);
     ASSERT_TRUE(pd && cq);
     auto attr = rc_attr_ex(pd, IBV_QP_EX_WITH_SEND);
-    attr.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+    attr.comp_mask |= IBV_QP_INIT_ATTR_IND_TABLE;  // RSS: not offered
     attr.send_cq = attr.recv_cq = cq;
     errno = 0;
     ibv_qp* direct = ibv_create_qp_ex(ctx, &attr);
@@ -132,7 +132,7 @@ TEST_F(CmConnect, CreateQpExWithUnsupportedCompMaskGivesTheVerbsErrno) {
   EXPECT_NE(verbs_errno, 0);
 
   auto attr = rc_attr_ex(client_->pd, IBV_QP_EX_WITH_SEND);
-  attr.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+  attr.comp_mask |= IBV_QP_INIT_ATTR_IND_TABLE;  // RSS: not offered
   errno = 0;
   EXPECT_EQ(rdma_create_qp_ex(client_, &attr), -1);
   EXPECT_EQ(errno, verbs_errno);
