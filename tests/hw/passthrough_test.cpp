@@ -146,9 +146,10 @@ TEST_F(Passthrough, ControlPathSlotsAreWrappedDataPathSlotsAreNot) {
   EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->create_cq_ex))) << file_of((void*)vctx->create_cq_ex);
   EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->query_device_ex)));
   EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->query_port)));
+  EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->open_xrcd)));
   // Slots the inner library left empty stay empty: the inline verb still
   // answers EOPNOTSUPP on its own, without a call.
-  EXPECT_EQ(vctx->open_xrcd, nullptr);
+  EXPECT_EQ(vctx->open_qp, nullptr);
   EXPECT_EQ(vctx->alloc_td, nullptr);
   EXPECT_FALSE(in_outer(reinterpret_cast<void*>(ctx_->ops.post_send)));
   EXPECT_FALSE(in_outer(reinterpret_cast<void*>(ctx_->ops.poll_cq)));
@@ -160,9 +161,15 @@ TEST_F(Passthrough, ControlPathSlotsAreWrappedDataPathSlotsAreNot) {
   ibv_port_attr port{};
   EXPECT_EQ(ibv_query_port(ctx_, 1, &port), 0);
   EXPECT_EQ(port.state, IBV_PORT_ACTIVE);
+  // A wrapped slot's errno reaches the application (no FD/OFLAGS: EINVAL)...
   errno = 0;
   ibv_xrcd_init_attr xattr{};
   EXPECT_EQ(ibv_open_xrcd(ctx_, &xattr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // ...and an empty one answers EOPNOTSUPP from the inline verb itself.
+  errno = 0;
+  ibv_qp_open_attr oattr{};
+  EXPECT_EQ(ibv_open_qp(ctx_, &oattr), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
 }
 
