@@ -21,13 +21,6 @@
 namespace softverbs::emu {
 namespace {
 
-// Returns NULL with errno set: the convention of every pointer-returning verb.
-template <class T>
-T* fail(int err) {
-  errno = err;
-  return nullptr;
-}
-
 bool port_ok(uint32_t port) { return port >= 1 && port <= caps::kPhysPortCnt; }
 
 // A refusal the kernel makes: rdma-core returns the command's errno and leaves it

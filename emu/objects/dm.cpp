@@ -93,12 +93,6 @@ namespace {
 constexpr unsigned kDmAllowedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                       IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
 
-template <class T>
-T* fail(int err) {
-  errno = err;
-  return nullptr;
-}
-
 ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   Context& ctx = *Context::from(context);
   if (ctx.device().fatal()) return fail<ibv_dm>(EIO);

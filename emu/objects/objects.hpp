@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/types.h>
 
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -46,6 +47,13 @@ class RealTimeScheduler;
 }
 
 namespace softverbs::emu {
+
+// Returns NULL with errno set: the convention of every pointer-returning verb.
+template <class T>
+T* fail(int err) {
+  errno = err;
+  return nullptr;
+}
 
 using fabric::EngineTimer;
 class Context;

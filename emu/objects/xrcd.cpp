@@ -21,12 +21,6 @@
 namespace softverbs::emu {
 namespace {
 
-template <class T>
-T* fail(int err) {
-  errno = err;
-  return nullptr;
-}
-
 // Domains opened on a file, by (device, inode): later opens of the same file
 // on the same device find the same domain while any handle on it lives (the
 // kernel's xrcd_table). Weak, so the last close forgets the domain.
