@@ -35,7 +35,13 @@ void give_token(int fd) {
 }  // namespace
 
 Context::Context(Device& device) : file_(new_context_file(device)), handles(file_->table), device_(device) {
-  init(open_context_fd(*file_));
+  const int fd = open_context_fd(*file_);
+  try {
+    init(fd);
+  } catch (...) {
+    ::close(fd);  // ours; an imported context's fd stays the caller's when the import fails
+    throw;
+  }
 }
 
 Context::Context(std::shared_ptr<ContextFile> file, int cmd_fd)
@@ -51,11 +57,7 @@ void Context::init(int cmd_fd) {
   c.device = device_.ibv();
   c.cmd_fd = cmd_fd;
   c.async_fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (c.async_fd < 0) {
-    const int err = errno;
-    if (cmd_fd >= 0) ::close(cmd_fd);
-    throw std::system_error(err, std::generic_category());
-  }
+  if (c.async_fd < 0) throw std::system_error(errno, std::generic_category());
   c.num_comp_vectors = caps::kNumCompVectors;
   pthread_mutex_init(&c.mutex, nullptr);
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
