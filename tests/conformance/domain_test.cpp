@@ -246,6 +246,31 @@ TEST_P(DomainTest, AllocatorCalledForQueueBuffers) {
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
+// An XRC initiator QP on a parent domain: its send queue is allocated too.
+TEST_P(DomainTest, XrcSendQpOnAParentDomain) {
+  Recorder rec;
+  ibv_pd* pd = parent(&rec);
+  ASSERT_NE(pd, nullptr);
+  Cq cq = make_cq();
+  ibv_qp_init_attr_ex a{};
+  a.qp_type = IBV_QPT_XRC_SEND;
+  a.send_cq = cq.get();
+  a.cap.max_send_wr = 4;
+  a.cap.max_send_sge = 1;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = pd;
+  errno = 0;
+  Qp qp(ibv_create_qp_ex(ctx_, &a));
+  if (!qp && errno == EOPNOTSUPP) GTEST_SKIP() << "no XRC";
+  ASSERT_TRUE(qp) << errno_name(errno);
+  EXPECT_EQ(qp->pd, pd);
+  EXPECT_EQ(rec.count(true, MLX5DV_RES_TYPE_QP), 1u);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
+  qp.reset();
+  EXPECT_EQ(rec.count(false, MLX5DV_RES_TYPE_QP), 1u);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
 // IBV_ALLOCATOR_USE_DEFAULT falls back to the provider's memory (nothing to
 // free); NULL fails the creation with ENOMEM, freeing what was already taken.
 TEST_P(DomainTest, AllocatorDefaultAndRefusal) {
