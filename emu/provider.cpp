@@ -13,6 +13,8 @@
 #include "emu/device/caps.hpp"
 #include "emu/device/identity.hpp"
 #include "emu/memory/user_range.hpp"
+#include "emu/objects/domain.hpp"
+#include "emu/objects/import.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/objects/ops.hpp"
@@ -269,11 +271,19 @@ ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
 
 int EmuProvider::dealloc_pd(ibv_pd* pd) {
   if (int err = lookup(pd->context, ObjectType::pd, pd, pd->handle)) return kernel_error(err);
+  // A parent domain is released in the provider alone (mlx5's _mlx5_free_pd).
+  if (ParentDomain* domain = parent_domain_of(pd)) return kernel_error(dealloc_parent_domain(domain));
   Pd* p = Pd::from(pd);
   if (p->users.busy()) return kernel_error(EBUSY);
   Context& ctx = p->context();
   ctx.handles.remove(pd->handle);
-  delete p;
+  if (is_imported(pd)) {
+    // Destroyed through an imported struct: the PD's own struct stays until unimported.
+    retire_original(*ctx.file(), p->ibv(), [p] { delete p; });
+    emu::unimport_pd(pd);
+  } else {
+    delete p;
+  }
   ctx.users.put();
   return 0;
 }
@@ -321,6 +331,7 @@ ibv_mr* add_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   uint32_t key = p->context().device().register_mr(mr.get());
   mr->ibv()->lkey = key;
   mr->ibv()->rkey = key;
+  mr->ibv()->pd = pd;  // a parent domain stays what the region names (libibverbs sets mr->pd)
   mr->ibv()->handle = p->context().handles.add(ObjectType::mr, mr->ibv());
   p->users.get();
   return mr.release()->ibv();
@@ -371,7 +382,7 @@ int EmuProvider::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
     m->pd()->users.put();
     new_pd->users.get();
     m->set_pd(new_pd);
-    mr->pd = new_pd->ibv();
+    mr->pd = pd;
   }
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) m->set_translation(addr, length, reinterpret_cast<uintptr_t>(addr));
   m->set_access(new_access);
@@ -386,7 +397,13 @@ int EmuProvider::dereg_mr(ibv_mr* mr) {
   if (int err = pd->context().device().deregister_mr(m)) return err;
   pd->context().handles.remove(mr->handle);
   if (m->dm()) m->dm()->users.put();
-  delete m;
+  if (is_imported(mr)) {
+    // Destroyed through an imported struct: the region's own struct stays until unimported.
+    retire_original(*pd->context().file(), m->ibv(), [m] { delete m; });
+    emu::unimport_mr(mr);
+  } else {
+    delete m;
+  }
   pd->users.put();
   return 0;
 }
@@ -420,7 +437,9 @@ int EmuProvider::destroy_cq(ibv_cq* cq) {
     --ch->refcnt;
     pthread_mutex_unlock(&ctx.ibv()->mutex);
   }
+  ParentDomain* domain = c->domain();
   delete c;
+  if (domain) domain->users.put();
   ctx.users.put();
   return 0;
 }
@@ -436,13 +455,16 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     return fail<ibv_srq>(EINVAL);
   Pd* p = Pd::from(pd);
   uint32_t max_sge = a.max_sge ? a.max_sge : 1;
-  auto srq = std::make_unique<Srq>(*p, *attr, a.max_wr, max_sge);
+  ParentDomain* domain = parent_domain_of(pd);
+  auto srq = std::make_unique<Srq>(*p, *attr, a.max_wr, max_sge, domain);
+  srq->ibv()->pd = pd;  // the parent domain, when given one
   // The caller learns the actual sizes.
   attr->attr.max_wr = a.max_wr;
   attr->attr.max_sge = max_sge;
   srq->ibv()->handle = p->context().handles.add(ObjectType::srq, srq->ibv());
   srq->srqn = register_srq(p->context().device(), srq.get());
   p->users.get();
+  if (domain) domain->users.get();
   return srq.release()->ibv();
 }
 
@@ -467,8 +489,10 @@ int EmuProvider::destroy_srq(ibv_srq* srq) {
   Pd& pd = s->pd();
   Xrcd* xrcd = s->xrcd;
   Cq* cq = s->cq;
+  ParentDomain* domain = s->domain;
   delete s;
   pd.users.put();
+  if (domain) domain->users.put();
   if (xrcd) xrcd->users.put();
   if (cq) cq->users.put();
   return 0;
@@ -499,7 +523,9 @@ ibv_qp* EmuProvider::create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* att
 ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool extended) {
   if (failed(pd->context)) return fail<ibv_qp>(EIO);
   Pd* p = Pd::from(pd);
-  Context& ctx = p->context();
+  // The context the PD was reached through: an imported context shares the
+  // objects (and their numbers) of the one it imports.
+  Context& ctx = *Context::from(pd->context);
   switch (attr->qp_type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:
@@ -521,8 +547,9 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
       return fail<ibv_qp>(EOPNOTSUPP);
   }
   if (!attr->send_cq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
-  if (attr->send_cq->context != ctx.ibv() || attr->recv_cq->context != ctx.ibv()) return fail<ibv_qp>(EINVAL);
-  if (attr->srq && attr->srq->context != ctx.ibv()) return fail<ibv_qp>(EINVAL);
+  auto same_file = [&ctx](ibv_context* other) { return &Context::from(other)->handles == &ctx.handles; };
+  if (!same_file(attr->send_cq->context) || !same_file(attr->recv_cq->context)) return fail<ibv_qp>(EINVAL);
+  if (attr->srq && !same_file(attr->srq->context)) return fail<ibv_qp>(EINVAL);
   // The kernel finds the PD, the CQs and the SRQ by their numbers.
   if (int err = lookup(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_qp>(err);
   for (ibv_cq* cq : {attr->send_cq, attr->recv_cq})
@@ -537,12 +564,16 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
                      cap.max_recv_sge > static_cast<uint32_t>(caps::kMaxSge)))
     return fail<ibv_qp>(EINVAL);
 
-  auto qp = std::make_unique<Qp>(*p, *attr);
+  // A parent domain's allocator holds the queues (mlx5_create_qp).
+  ParentDomain* domain = parent_domain_of(pd);
+  auto qp = std::make_unique<Qp>(*p, *attr, domain);
   if (extended) qp->make_extended();
+  qp->ibv()->pd = pd;  // the parent domain, when given one
   qp->set_qpn(ctx.device().register_qp(qp.get()));
   cap = qp->cap();  // the actual capabilities
   qp->ibv()->handle = ctx.handles.add(ObjectType::qp, qp->ibv());
   p->users.get();
+  if (domain) domain->users.get();
   Cq::from(attr->send_cq)->users.get();
   Cq::from(attr->recv_cq)->users.get();
   if (attr->srq) Srq::from(attr->srq)->users.get();
@@ -582,24 +613,15 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   Cq* rcq = q->type() == IBV_QPT_XRC_RECV ? nullptr : q->recv_cq();
   Srq* srq = q->srq();
   Xrcd* xrcd = q->xrcd();
+  ParentDomain* domain = q->domain();
   delete q;
+  if (domain) domain->users.put();
   if (scq) scq->users.put();  // an XRC_RECV QP has no CQs
   if (rcq) rcq->users.put();
   if (srq) srq->users.put();
   if (xrcd) xrcd->users.put();
   pd.users.put();
   return 0;
-}
-
-// Enhanced connection establishment is a vendor extension the device does not
-// have (why errno is set too: emu/provider.hpp).
-int EmuProvider::query_ece(ibv_qp*, ibv_ece*) {
-  errno = EOPNOTSUPP;
-  return EOPNOTSUPP;
-}
-int EmuProvider::set_ece(ibv_qp*, ibv_ece*) {
-  errno = EOPNOTSUPP;
-  return EOPNOTSUPP;
 }
 
 // The checks of the kernel's ib_attach_mcast/ib_detach_mcast: a multicast GID
@@ -640,6 +662,7 @@ ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (int err = lookup_write(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_ah>(err);
   if (int err = check_ah_attr(p->context(), *attr)) return fail<ibv_ah>(err);
   auto ah = std::make_unique<Ah>(*p, *attr);
+  ah->ibv()->pd = pd;
   ah->ibv()->handle = p->context().handles.add(ObjectType::ah, ah->ibv());
   p->users.get();
   return ah.release()->ibv();

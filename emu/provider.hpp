@@ -2,9 +2,9 @@
 //
 // It overrides the verbs of core/verbs.def that emulated devices offer; the rest
 // keep the interface's defaults (EOPNOTSUPP in the verb's convention, as rdma-core
-// answers for a provider without the op): importing objects from another
-// process's context (import_device/pd/mr/dm and their unimports), dma-buf memory
-// regions and the in-order placement query (0, "not guaranteed"). ibv_query_gid_type is derived from query_gid_ex by the
+// answers for a provider without the op): importing device memory
+// (import_dm/unimport_dm), dma-buf memory regions and the in-order placement
+// query (0, "not guaranteed"). ibv_query_gid_type is derived from query_gid_ex by the
 // interface, ibv_get_pkey_index from query_pkey by the ABI layer.
 #pragma once
 
@@ -22,6 +22,12 @@ class EmuProvider final : public Provider {
   __be64 get_device_guid(ibv_device* device) override;
   int get_device_index(ibv_device* device) override;
   ibv_context* open_device(ibv_device* device) override;
+  // Within the process that made the context (emu/objects/import.hpp).
+  ibv_context* import_device(int cmd_fd) override;
+  ibv_pd* import_pd(ibv_context* context, uint32_t pd_handle) override;
+  void unimport_pd(ibv_pd* pd) override;
+  ibv_mr* import_mr(ibv_pd* pd, uint32_t mr_handle) override;
+  void unimport_mr(ibv_mr* mr) override;
   int close_device(ibv_context* context) override;
   int query_device(ibv_context* context, ibv_device_attr* attr) override;
   int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* attr, size_t attr_len) override;
@@ -57,10 +63,8 @@ class EmuProvider final : public Provider {
   // The verbs_context create_qp_ex slot (emu/objects/ops.cpp): ibv_create_qp_ex
   // with send ops flags (the ibv_wr_* API, emu/qp/wr_batch.hpp). NULL and errno.
   ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);
-  // Not offered, but errno is set as well as EOPNOTSUPP returned (the default
-  // leaves errno alone), as mlx5's set_ece does for a device without ECE: the
-  // ABI layer does not repeat rdma-core's own zero-vendor check in ibv_set_ece,
-  // which sets errno, so this keeps that case's errno.
+  // ECE as mlx5 (emu/provider.cpp). The ABI layer does not repeat rdma-core's
+  // own zero-vendor check in ibv_set_ece, so set_ece makes it.
   int query_ece(ibv_qp* qp, ibv_ece* ece) override;
   int set_ece(ibv_qp* qp, ibv_ece* ece) override;
   // UD multicast (emu/device/mcast.cpp), with the kernel's checks and errnos.

@@ -132,12 +132,16 @@ SV_EXPORT struct ibv_context* ibv_open_device(struct ibv_device* device) {
 }
 
 SV_EXPORT struct ibv_context* ibv_import_device(int cmd_fd) {
-  // Only a backend over a kernel device can import one; ask them in order.
+  // The fd names a context of one backend; ask them in order. A backend that
+  // cannot import at all answers EOPNOTSUPP; the first other answer (the fd is
+  // not one of its contexts: EINVAL, ...) is the one reported.
+  int err = EOPNOTSUPP;
   for (Provider* p : softverbs::providers()) {
     ibv_context* ctx = guarded<>(static_cast<ibv_context*>(nullptr), [&] { return p->import_device(cmd_fd); });
     if (ctx) return ctx;
+    if (err == EOPNOTSUPP) err = errno;
   }
-  errno = EOPNOTSUPP;
+  errno = err;
   return nullptr;
 }
 

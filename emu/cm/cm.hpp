@@ -123,6 +123,13 @@ class EmuCm final : public CmProvider, public GsiAgent {
   // ---- the QP an id drives (qp.cpp) ----
   int modify_qp(cm::Id* id, ibv_qp_attr* attr, int mask);
   int qp_attr_for(cm::Id* id, ibv_qp_state state, ibv_qp_attr* attr, int* mask);
+  // ECE of an id with a QP, as librdmacm 44 (init_ece, set_local_ece,
+  // ucma_process_conn_resp_ece): the QP's options are what the REQ or REP carries.
+  void init_ece(cm::Id* id, ibv_qp* qp);
+  void settle_local_ece(cm::Id* id);
+  // An active side's QP given the REP's ECE: 0, or EINVAL when the REP names
+  // another vendor than the REQ offered.
+  int apply_rep_ece(cm::Id* id, uint32_t vendor, uint32_t options);
   int move_qp_to_rtr(cm::Id* id, uint8_t resp_res);
   int move_qp_to_rts(cm::Id* id, uint8_t init_depth);
   void move_qp_to_err(cm::Id* id);

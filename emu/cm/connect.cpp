@@ -244,9 +244,11 @@ void EmuCm::on_rep(in_addr src, const w::MadHeader& hdr, const w::Rep& rep) {
     post_event(ev);  // the application calls rdma_establish (or rejects)
     return;
   }
-  // librdmacm moves the QP to RTR and RTS and has the RTU sent.
-  if (move_qp_to_rtr(id, RDMA_MAX_RESP_RES) != 0 || move_qp_to_rts(id, RDMA_MAX_INIT_DEPTH) != 0) {
-    int err = errno;
+  // librdmacm applies the REP's ECE to the QP, moves it to RTR and RTS and has
+  // the RTU sent (ucma_process_conn_resp_ece).
+  const int ece_err = apply_rep_ece(id, rep.vendor_id, hdr.attr_mod);
+  if (ece_err || move_qp_to_rtr(id, RDMA_MAX_RESP_RES) != 0 || move_qp_to_rts(id, RDMA_MAX_INIT_DEPTH) != 0) {
+    int err = ece_err ? ece_err : errno;
     move_qp_to_err(id);
     send_rej_for(*c->device, c->peer, c->tid, c->remote_comm_id, c->local_comm_id, w::MsgKind::kRep,
                  w::RejReason::kConsumerDefined, nullptr, 0);
@@ -258,6 +260,7 @@ void EmuCm::on_rep(in_addr src, const w::MadHeader& hdr, const w::Rep& rep) {
     post_event(ev);
     return;
   }
+  settle_local_ece(id);
   send_rtu(*c);
   ev->pub.event = RDMA_CM_EVENT_ESTABLISHED;
   post_event(ev);

@@ -23,6 +23,40 @@ bool is_ud(const Id* id) { return id->pub.qp_type == IBV_QPT_UD; }
 
 }  // namespace
 
+// librdmacm 44's init_ece: what a new QP answers to ibv_query_ece is what the
+// id offers; a QP made for a received REQ is offered the peer's options, or
+// none when they are another vendor's.
+void EmuCm::init_ece(Id* id, ibv_qp* qp) {
+  EmuProvider& p = EmuProvider::instance();
+  ibv_ece ece{};
+  if (p.query_ece(qp, &ece) != 0) return;
+  id->local_ece_vendor = ece.vendor_id;
+  id->local_ece_options = ece.options;
+  if (!id->remote_ece_vendor) return;
+  if (id->remote_ece_vendor == ece.vendor_id) ece.options = id->remote_ece_options;
+  else ece.options = 0;
+  p.set_ece(qp, &ece);
+}
+
+// ucma_process_conn_resp_ece: a REP without ECE clears the QP's options; one
+// naming another vendor than the REQ offered fails the connection (EINVAL).
+int EmuCm::apply_rep_ece(Id* id, uint32_t vendor, uint32_t options) {
+  ibv_ece ece{};
+  ece.vendor_id = vendor ? vendor : id->local_ece_vendor;
+  ece.options = vendor ? options : 0;
+  if (vendor && vendor != id->local_ece_vendor) return EINVAL;
+  if (ece.vendor_id) EmuProvider::instance().set_ece(id->pub.qp, &ece);
+  return 0;
+}
+
+// librdmacm 44's set_local_ece: once the QP is initialised, a passive side
+// answers with the options the QP settled on.
+void EmuCm::settle_local_ece(Id* id) {
+  if (!id->remote_ece_vendor || !id->pub.qp) return;
+  ibv_ece ece{};
+  if (EmuProvider::instance().query_ece(id->pub.qp, &ece) == 0) id->local_ece_options = ece.options;
+}
+
 ibv_ah_attr EmuCm::ah_to_peer(Id* id) const {
   ibv_ah_attr ah{};
   in_addr peer = id->conn ? id->conn->peer : id->peer_device;
@@ -202,6 +236,7 @@ int EmuCm::create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
     }
     if (!qp) goto fail_cqs;
     id->pub.qp = qp;
+    init_ece(id, qp);
     ibv_qp_attr qa;
     int mask;
     int ret = qp_attr_for(id, IBV_QPS_INIT, &qa, &mask);
@@ -226,6 +261,7 @@ int EmuCm::create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
       errno = err;
       goto fail_cqs;
     }
+    settle_local_ece(id);
     id->pub.pd = qp->pd;
   }
   return 0;

@@ -111,4 +111,9 @@ inline constexpr unsigned kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS
                                              IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING |
                                              IBV_ACCESS_ON_DEMAND;
 
+// Enhanced connection establishment (ibv_set_ece(3)): the vendor options the
+// device implements, under its vendor id (kVendorId). None: a QP settles on 0
+// whatever it is offered, and reports that through ibv_query_ece.
+inline constexpr uint32_t kEceOptions = 0;
+
 }  // namespace softverbs::emu::caps

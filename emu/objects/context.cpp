@@ -5,6 +5,7 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/device/fault_actions.hpp"
+#include "emu/objects/import.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/objects/ops.hpp"
@@ -33,25 +34,41 @@ void give_token(int fd) {
 
 }  // namespace
 
-Context::Context(Device& device) : device_(device) {
+Context::Context(Device& device) : file_(new_context_file(device)), handles(file_->table), device_(device) {
+  const int fd = open_context_fd(*file_);
+  try {
+    init(fd);
+  } catch (...) {
+    ::close(fd);  // ours; an imported context's fd stays the caller's when the import fails
+    throw;
+  }
+}
+
+Context::Context(std::shared_ptr<ContextFile> file, int cmd_fd)
+    : file_(std::move(file)), handles(file_->table), device_(*file_->device) {
+  init(cmd_fd);
+}
+
+void Context::init(int cmd_fd) {
   handle_.owner = this;
   verbs_context& v = handle_.pub;
   v.sz = sizeof(verbs_context);
   ibv_context& c = v.context;
-  c.device = device.ibv();
-  c.cmd_fd = -1;
+  c.device = device_.ibv();
+  c.cmd_fd = cmd_fd;
   c.async_fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (c.async_fd < 0) throw std::system_error(errno, std::generic_category());
   c.num_comp_vectors = caps::kNumCompVectors;
   pthread_mutex_init(&c.mutex, nullptr);
   c.abi_compat = __VERBS_ABI_IS_EXTENDED;
   install_context_ops(&v);
-  device.add_context(this);
+  device_.add_context(this);
 }
 
 Context::~Context() {
   device_.remove_context(this);
   ::close(handle_.pub.context.async_fd);
+  if (handle_.pub.context.cmd_fd >= 0) ::close(handle_.pub.context.cmd_fd);
   pthread_mutex_destroy(&handle_.pub.context.mutex);
 }
 

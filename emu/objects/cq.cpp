@@ -1,9 +1,14 @@
+// Completion queues: the ring, overrun, arming, cleaning and resizing (IBTA 11.4).
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "emu/device/caps.hpp"
+#include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/ops.hpp"
 #include "fabric/timer.hpp"
@@ -16,11 +21,16 @@ int cq_depth_for(int cqe) { return static_cast<int>(std::bit_ceil(static_cast<un
 
 }  // namespace
 
-Cq::Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags)
-    : ctx_(ctx), channel_(channel) {
+Cq::Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags, ParentDomain* domain)
+    : ctx_(ctx), channel_(channel), domain_(domain) {
   handle_.owner = this;
   int depth = cq_depth_for(cqe);
-  ring_.resize(static_cast<size_t>(depth));
+  // As mlx5: the ring's buffer, then its doorbell record.
+  ring_mem_ = ring_buffer(depth);
+  ring_ = reinterpret_cast<Cqe*>(ring_mem_.data());
+  ring_size_ = static_cast<size_t>(depth);
+  if (domain && domain->custom_alloc())
+    doorbell_ = QueueBuffer(domain, kDoorbellSize, kDoorbellSize, resource_type_dbr());
   ibv_cq_ex& c = handle_.pub;
   c.context = ctx.ibv();
   c.channel = channel ? channel->ibv() : nullptr;
@@ -33,6 +43,13 @@ Cq::Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t w
   c.async_events_completed = 0;
   wc_flags_ = wc_flags;
   install_cq_ex_ops(&c);
+}
+
+QueueBuffer Cq::ring_buffer(int depth) {
+  static_assert(std::is_trivially_copyable_v<Cqe> && std::is_trivially_destructible_v<Cqe>);
+  QueueBuffer buf(domain_, static_cast<size_t>(depth) * sizeof(Cqe), kQueueAlign, resource_type_cq());
+  std::uninitialized_value_construct_n(reinterpret_cast<Cqe*>(buf.data()), static_cast<size_t>(depth));
+  return buf;
 }
 
 void Cq::push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us) {
@@ -65,7 +82,7 @@ Cq::~Cq() {
   pthread_cond_destroy(&handle_.pub.cond);
 }
 
-int Cq::depth() const { return static_cast<int>(ring_.size()); }
+int Cq::depth() const { return static_cast<int>(ring_size_); }
 
 size_t Cq::outstanding() {
   std::lock_guard lock(mu_);
@@ -77,12 +94,12 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
   {
     std::lock_guard lock(mu_);
     if (overrun_) return false;  // a CQ in error takes no more completions
-    if (tail_ - head_ >= ring_.size() && ignore_overrun_) {
+    if (tail_ - head_ >= ring_size_ && ignore_overrun_) {
       // With overrun checking off (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) the device
       // writes on into its ring as ConnectX does: the oldest unpolled entry is
       // overwritten, and the CQ reports nothing.
       ++head_;
-    } else if (tail_ - head_ >= ring_.size()) {
+    } else if (tail_ - head_ >= ring_size_) {
       // Overrun (IBTA 11.4.2.1): the CQ goes to the error state, reported once by
       // an affiliated asynchronous error. What it holds can still be polled.
       overrun_ = true;
@@ -92,7 +109,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
       ctx_.post_async_event(ev);
       return false;
     }
-    ring_[tail_ % ring_.size()] = Cqe{wc, to_ns(ctx_.device().clock().wall_now())};
+    ring_[tail_ % ring_size_] = Cqe{wc, to_ns(ctx_.device().clock().wall_now())};
     ++tail_;
     // An armed CQ raises one event: for any completion when armed with
     // solicited_only=0; only for solicited or failed ones otherwise (IBTA 11.4.2.2).
@@ -107,7 +124,7 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
 
 bool Cq::pop_locked(Cqe* out) {
   if (head_ == tail_) return false;
-  *out = ring_[head_ % ring_.size()];
+  *out = ring_[head_ % ring_size_];
   ++head_;
   return true;
 }
@@ -128,9 +145,9 @@ void Cq::clean(uint32_t qpn) {
   std::lock_guard lock(mu_);
   uint64_t kept = head_;
   for (uint64_t i = head_; i < tail_; ++i) {
-    const Cqe& e = ring_[i % ring_.size()];
+    const Cqe& e = ring_[i % ring_size_];
     if (e.wc.qp_num == qpn) continue;
-    if (kept != i) ring_[kept % ring_.size()] = e;
+    if (kept != i) ring_[kept % ring_size_] = e;
     ++kept;
   }
   tail_ = kept;
@@ -154,9 +171,14 @@ int Cq::resize(int cqe) {
   size_t pending = static_cast<size_t>(tail_ - head_);
   int depth = cq_depth_for(cqe);
   if (static_cast<size_t>(depth) < pending) return EINVAL;  // would lose completions
-  std::vector<Cqe> ring(static_cast<size_t>(depth));
-  for (size_t i = 0; i < pending; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
-  ring_.swap(ring);
+  // The new ring comes from the same allocator (mlx5_resize_cq allocates its
+  // resize buffer as the CQ's own).
+  QueueBuffer mem = ring_buffer(depth);
+  auto* ring = reinterpret_cast<Cqe*>(mem.data());
+  for (size_t i = 0; i < pending; ++i) ring[i] = ring_[(head_ + i) % ring_size_];
+  ring_mem_ = std::move(mem);
+  ring_ = ring;
+  ring_size_ = static_cast<size_t>(depth);
   head_ = 0;
   tail_ = pending;
   handle_.pub.cqe = depth;

@@ -22,6 +22,11 @@ uint32_t HandleTable::add(ObjectType type, const void* pub) {
 void HandleTable::remove(uint32_t handle) {
   std::lock_guard lock(mu_);
   if (handle >= entries_.size() || !entries_[handle].pub) return;
+  // Aliases of the object lose it: one that outlives it is refused, even once
+  // its number or its memory is reused, but stays known until it is released.
+  const void* gone = entries_[handle].pub;
+  for (auto& [pub, a] : aliases_)
+    if (a.target == gone) a.target = nullptr;
   entries_[handle] = Entry{};
   free_.insert(handle);
 }
@@ -30,8 +35,34 @@ int HandleTable::check(ObjectType type, const void* pub, uint32_t handle) const 
   std::lock_guard lock(mu_);
   if (handle >= entries_.size() || !entries_[handle].pub) return ENOENT;
   const Entry& e = entries_[handle];
-  if (e.type != type || e.pub != pub) return EINVAL;
-  return 0;
+  if (e.type != type) return EINVAL;
+  if (e.pub == pub) return 0;
+  auto a = aliases_.find(pub);
+  return a != aliases_.end() && a->second.target == e.pub ? 0 : EINVAL;
+}
+
+void HandleTable::add_alias(const void* alias, const Alias& what) {
+  std::lock_guard lock(mu_);
+  aliases_[alias] = what;
+}
+
+void HandleTable::remove_alias(const void* alias) {
+  std::lock_guard lock(mu_);
+  aliases_.erase(alias);
+}
+
+bool HandleTable::find_alias(const void* alias, Alias* out) const {
+  std::lock_guard lock(mu_);
+  auto a = aliases_.find(alias);
+  if (a == aliases_.end()) return false;
+  *out = a->second;
+  return true;
+}
+
+const void* HandleTable::find(ObjectType type, uint32_t handle) const {
+  std::lock_guard lock(mu_);
+  if (handle >= entries_.size() || !entries_[handle].pub || entries_[handle].type != type) return nullptr;
+  return entries_[handle].pub;
 }
 
 }  // namespace softverbs::emu

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace softverbs::emu {
@@ -59,6 +60,23 @@ class HandleTable {
   // where the kernel would act on that other object.
   int check(ObjectType type, const void* pub, uint32_t handle) const;
 
+  // A public struct may also stand for an object it is not: a parent domain
+  // for its protection domain (ibv_alloc_parent_domain: rdma-core gives it the
+  // PD's number), an imported PD or MR for the object it names
+  // (ibv_import_pd/mr). check() accepts such an alias for its target.
+  enum class AliasKind : uint8_t { parent_domain, imported };
+  struct Alias {
+    const void* target = nullptr;
+    AliasKind kind = AliasKind::imported;
+    void* object = nullptr;  // what the alias is (the ParentDomain, the imported struct)
+  };
+  void add_alias(const void* alias, const Alias& what);
+  void remove_alias(const void* alias);
+  // What alias is, while it is known (its target is null once the object is gone).
+  bool find_alias(const void* alias, Alias* out) const;
+  // The live public struct of that number and type, or null.
+  const void* find(ObjectType type, uint32_t handle) const;
+
  private:
   struct Entry {
     const void* pub = nullptr;  // null: free
@@ -67,6 +85,7 @@ class HandleTable {
   mutable std::mutex mu_;
   std::vector<Entry> entries_;  // indexed by number
   std::set<uint32_t> free_;     // free numbers below entries_.size()
+  std::unordered_map<const void*, Alias> aliases_;  // by the alias's public struct
 };
 
 }  // namespace softverbs::emu

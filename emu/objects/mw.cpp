@@ -47,6 +47,7 @@ ibv_mw* alloc_mw_unguarded(ibv_pd* pd, ibv_mw_type type) {
     return nullptr;
   }
   auto mw = std::make_unique<Mw>(*p, type);
+  mw->ibv()->pd = pd;  // a parent domain stays what the window names
   const uint32_t index = dev.register_mw(mw.get());
   if (!index) {
     errno = ENOMEM;  // max_mw windows exist

@@ -31,6 +31,7 @@
 #include "emu/device/config.hpp"
 #include "emu/device/gsi.hpp"
 #include "emu/objects/handle.hpp"
+#include "emu/objects/queue_buffer.hpp"
 #include "emu/qp/wq.hpp"
 #include "core/clock.hpp"
 #include "core/rdma_private.h"
@@ -312,9 +313,26 @@ struct EventCount {
 };
 
 // ---------------------------------------------------------------------------
+// What a kernel uverbs file is to its contexts: the object table, shared by
+// the context that opened it and every context that imports it
+// (ibv_import_device, emu/objects/import.cpp). cmd_fd names it.
+struct ContextFile {
+  Device* device = nullptr;
+  uint64_t serial = 0;  // unique in the process: what the cmd_fd's memfd records
+  HandleTable table;
+  // Objects destroyed through an imported struct: their own struct stays
+  // readable until it is unimported (the deleter frees it).
+  std::mutex retired_mu;
+  std::map<const void*, std::function<void()>> retired;
+};
+
 class Context {
  public:
+  // A context of its own (ibv_open_device): a new file, and a cmd_fd naming it.
   explicit Context(Device& device);
+  // An imported one (ibv_import_device): the file of the context cmd_fd names;
+  // the context owns cmd_fd from now on, as rdma-core's does.
+  Context(std::shared_ptr<ContextFile> file, int cmd_fd);
   ~Context();
 
   ibv_context* ibv() { return &handle_.pub.context; }
@@ -323,6 +341,7 @@ class Context {
     return Handle<verbs_context, Context>::owner_of(outer_of<verbs_context>(ctx, offsetof(verbs_context, context)));
   }
   Device& device() { return device_; }
+  const std::shared_ptr<ContextFile>& file() const { return file_; }
 
   // Queues an async event on the context's event file descriptor.
   void post_async_event(const ibv_async_event& event);
@@ -331,9 +350,18 @@ class Context {
   void forget_async_events(const void* obj);
 
   UseCount users;  // every object created on the context
-  HandleTable handles;  // the numbers of the objects created on the context
 
  private:
+  std::shared_ptr<ContextFile> file_;
+
+ public:
+  // The numbers of the objects created on the context, and on every context
+  // sharing its file.
+  HandleTable& handles;
+
+ private:
+  void init(int cmd_fd);
+
   Handle<verbs_context, Context> handle_;
   Device& device_;
   std::mutex async_mu_;
@@ -460,7 +488,9 @@ class CompChannel {
 
 class Cq {
  public:
-  Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags);
+  // domain: the parent domain whose allocator holds the ring (null: the heap).
+  Cq(Context& ctx, int cqe, void* cq_context, CompChannel* channel, uint64_t wc_flags,
+     ParentDomain* domain = nullptr);
   ~Cq();
   ibv_cq* ibv() { return ibv_cq_ex_to_cq(&handle_.pub); }
   ibv_cq_ex* ibv_ex() { return &handle_.pub; }
@@ -468,6 +498,7 @@ class Cq {
   static Cq* from(ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::owner_of(cq); }
   Context& context() { return ctx_; }
   CompChannel* channel() { return channel_; }
+  ParentDomain* domain() { return domain_; }  // holds a use of it
   int depth() const;
 
   // Adds a completion; raises the completion event if armed. False when the
@@ -510,9 +541,15 @@ class Cq {
   };
   bool pop_locked(Cqe* out);
   void push_due();
+  // A ring of depth entries in a buffer of the CQ's parent domain (or the heap).
+  QueueBuffer ring_buffer(int depth);
 
+  ParentDomain* domain_;
+  QueueBuffer doorbell_;  // the doorbell record ConnectX allocates beside the ring (parent domains only)
   std::mutex mu_;
-  std::vector<Cqe> ring_;
+  QueueBuffer ring_mem_;
+  Cqe* ring_ = nullptr;
+  size_t ring_size_ = 0;
   uint64_t head_ = 0, tail_ = 0;
   int armed_ = 0;  // 0: not armed, 1: next completion, 2: solicited only
   bool overrun_ = false;
@@ -567,7 +604,8 @@ class Xrcd {
 // ---------------------------------------------------------------------------
 class Srq {
  public:
-  Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge);
+  // domain: the parent domain whose allocator holds the ring (null: the heap).
+  Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge, ParentDomain* domain = nullptr);
   ~Srq();
   ibv_srq* ibv() { return &handle_.pub; }
   static Srq* from(ibv_srq* srq) { return Handle<ibv_srq, Srq>::owner_of(srq); }
@@ -581,7 +619,12 @@ class Srq {
   UseCount users;  // QPs attached
   EventCount events;
   std::mutex mu;
+  // The ring's memory and ConnectX's doorbell record (parent domains only),
+  // before the ring that lives in it.
+  QueueBuffer queue_mem;
+  QueueBuffer doorbell;
   WorkQueue<RecvWqe> rq;
+  ParentDomain* domain = nullptr;  // the parent domain it was created on (holds a use of it)
   uint32_t limit = 0;
   bool error = false;
   // The SRQ number (ibv_get_srq_num): unique on the device, what an XRC

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "emu/device/caps.hpp"
+#include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/provider.hpp"
 #include "emu/qp/qp.hpp"
@@ -80,8 +81,18 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
     errno = EINVAL;
     return nullptr;
   }
+  // mlx5_create_cq: IBV_CQ_INIT_ATTR_MASK_PD names a parent domain (a plain PD
+  // is EINVAL), whose allocator then holds the ring.
+  ParentDomain* domain = nullptr;
+  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+    domain = parent_domain_of(attr->parent_domain);
+    if (!domain || &domain->pd().context().handles != &Context::from(context)->handles) {
+      errno = EINVAL;
+      return nullptr;
+    }
+  }
   ibv_cq_ex* cq = create_cq(*Context::from(context), static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
-                            static_cast<int>(attr->comp_vector), attr->wc_flags);
+                            static_cast<int>(attr->comp_vector), attr->wc_flags, domain);
   if (cq && (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) Cq::from(cq)->set_ignore_overrun();
   return cq;
 }
@@ -216,7 +227,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
 }
 
 ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
-                     uint64_t wc_flags) {
+                     uint64_t wc_flags, ParentDomain* domain) {
   if (cqe < caps::kMinCqe || cqe > caps::kMaxCqe || comp_vector < 0 || comp_vector >= caps::kNumCompVectors) {
     errno = EINVAL;
     return nullptr;
@@ -229,7 +240,7 @@ ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* 
       return nullptr;
     }
   }
-  auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags);
+  auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags, domain);
   cq->ibv()->handle = ctx.handles.add(ObjectType::cq, cq->ibv());
   if (channel) {
     pthread_mutex_lock(&ctx.ibv()->mutex);
@@ -237,6 +248,7 @@ ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* 
     pthread_mutex_unlock(&ctx.ibv()->mutex);
   }
   ctx.users.get();
+  if (domain) domain->users.get();
   return cq.release()->ibv_ex();
 }
 
@@ -257,6 +269,7 @@ void install_context_ops(verbs_context* vctx) {
   vctx->query_rt_values = op_query_rt_values;
   install_dm_ops(vctx);
   install_odp_ops(vctx);
+  install_domain_ops(vctx);
   vctx->open_xrcd = op_open_xrcd;
   vctx->close_xrcd = op_close_xrcd;
   vctx->create_srq_ex = op_create_srq_ex;

@@ -9,14 +9,17 @@ namespace softverbs::emu {
 
 class Context;
 class Cq;
+class ParentDomain;
 
 void install_context_ops(verbs_context* vctx);
 void install_cq_ex_ops(ibv_cq_ex* cq);
 
 // Shared by ibv_create_cq and ibv_create_cq_ex: validates against the device
 // limits and creates the CQ. NULL and errno on failure.
+// domain: the parent domain whose allocator holds the ring (ibv_create_cq_ex
+// with IBV_CQ_INIT_ATTR_MASK_PD), which the CQ holds a use of.
 ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
-                     uint64_t wc_flags);
+                     uint64_t wc_flags, ParentDomain* domain = nullptr);
 
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size);
@@ -47,5 +50,8 @@ int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 void install_dm_ops(verbs_context* vctx);
 // The advise_mr slot of verbs_context (emu/objects/odp.cpp).
 void install_odp_ops(verbs_context* vctx);
+// The thread and parent domain slots of verbs_context: alloc_td, dealloc_td,
+// alloc_parent_domain (emu/objects/domain.cpp).
+void install_domain_ops(verbs_context* vctx);
 
 }  // namespace softverbs::emu

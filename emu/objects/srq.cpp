@@ -1,12 +1,20 @@
+// Shared receive queues: posting, modify and query (IBTA 10.2.9).
 #include <cerrno>
 
 #include "emu/device/caps.hpp"
+#include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 
 namespace softverbs::emu {
 
-Srq::Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge)
-    : rq(max_wr, max_sge), pd_(pd) {
+// As mlx5's SRQ: the ring's buffer, then its doorbell record.
+Srq::Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge, ParentDomain* pdom)
+    : queue_mem(pdom, WorkQueue<RecvWqe>::bytes_for(max_wr, max_sge), kQueueAlign, resource_type_srq()),
+      doorbell(pdom && pdom->custom_alloc() ? QueueBuffer(pdom, kDoorbellSize, kDoorbellSize, resource_type_dbr())
+                                                : QueueBuffer()),
+      rq(max_wr, max_sge, 0, queue_mem.data()),
+      domain(pdom),
+      pd_(pd) {
   handle_.owner = this;
   ibv_srq& s = handle_.pub;
   s.context = pd.context().ibv();

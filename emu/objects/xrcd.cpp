@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/ops.hpp"
 #include "emu/provider.hpp"
@@ -157,6 +158,7 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
   Pd* pd = nullptr;
   Xrcd* xrcd = nullptr;
   Cq* scq = nullptr;
+  ParentDomain* domain = nullptr;
   if (attr->qp_type == IBV_QPT_XRC_SEND) {
     if (attr->pd->context != context || !attr->send_cq || attr->send_cq->context != context)
       return fail<ibv_qp>(EINVAL);
@@ -172,7 +174,10 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     base.send_cq = base.recv_cq = attr->send_cq;
     pd = Pd::from(attr->pd);
     scq = Cq::from(attr->send_cq);
-    qp = std::make_unique<Qp>(*pd, base);
+    // A parent domain's allocator holds the send queue, as for any QP.
+    domain = parent_domain_of(attr->pd);
+    qp = std::make_unique<Qp>(*pd, base, domain);
+    qp->ibv()->pd = attr->pd;
     qp->ibv()->recv_cq = attr->recv_cq;  // as given: rdma-core keeps what the caller passed
   } else {
     if (attr->xrcd->context != context) return fail<ibv_qp>(EINVAL);
@@ -192,6 +197,7 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     scq->users.get();
   }
   if (xrcd) xrcd->users.get();
+  if (domain) domain->users.get();
   return qp.release()->ibv();
 }
 

@@ -9,7 +9,9 @@
 #include "core/log.hpp"
 #include "emu/device/caps.hpp"
 #include "emu/qp/qp.hpp"
+#include "emu/provider.hpp"
 #include "emu/device/fault_actions.hpp"
+#include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
 #include "emu/qp/qp_state.hpp"
@@ -58,7 +60,23 @@ EarlyPost early_post_policy() {
   return policy;
 }
 
-Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
+namespace {
+
+// One buffer holds both queues, as a ConnectX QP buffer does: the send ring,
+// then (aligned) the receive ring.
+uint32_t rq_wr_of(const ibv_qp_init_attr& a) { return a.srq ? 0 : a.cap.max_recv_wr; }
+uint32_t rq_sge_of(const ibv_qp_init_attr& a) { return a.srq ? 0 : a.cap.max_recv_sge; }
+size_t sq_bytes(const ibv_qp_init_attr& a) {
+  const size_t n = WorkQueue<SendWqe>::bytes_for(a.cap.max_send_wr, a.cap.max_send_sge, a.cap.max_inline_data);
+  return (n + 63) & ~size_t{63};
+}
+size_t queue_bytes(const ibv_qp_init_attr& a) {
+  return sq_bytes(a) + WorkQueue<RecvWqe>::bytes_for(rq_wr_of(a), rq_sge_of(a));
+}
+
+}  // namespace
+
+Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr, ParentDomain* domain)
     : pd_(pd),
       type_(attr.qp_type),
       send_cq_(Cq::from(attr.send_cq)),
@@ -67,8 +85,14 @@ Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
       sq_sig_all_(attr.sq_sig_all != 0),
       early_post_(early_post_policy()),
       cap_(attr.cap),
-      sq_(attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_inline_data),
-      rq_(attr.srq ? 0 : attr.cap.max_recv_wr, attr.srq ? 0 : attr.cap.max_recv_sge) {
+      domain_(domain),
+      // As mlx5: the QP's buffer, then its doorbell record.
+      queue_mem_(domain, queue_bytes(attr), kQueueAlign, resource_type_qp()),
+      doorbell_(domain && domain->custom_alloc()
+                    ? QueueBuffer(domain, kDoorbellSize, kDoorbellSize, resource_type_dbr())
+                    : QueueBuffer()),
+      sq_(attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_inline_data, queue_mem_.data()),
+      rq_(rq_wr_of(attr), rq_sge_of(attr), 0, queue_mem_.data() + sq_bytes(attr)) {
   handle_.owner = this;
   ibv_qp& q = handle_.pub.qp_base;
   q.context = pd.context().ibv();
@@ -143,6 +167,50 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   if (has(IBV_QP_EN_SQD_ASYNC_NOTIFY)) attr_.en_sqd_async_notify = attr->en_sqd_async_notify;
 
   if (next != cur || has(IBV_QP_STATE)) enter_state_locked(cur, next);
+  // ECE (mlx5_modify_qp): the options set since the last modify travel with
+  // this one, and the device answers the subset it has (caps::kEceOptions).
+  if (ece_set_) {
+    ece_get_ = ece_set_ & caps::kEceOptions;
+    ece_set_ = 0;
+  }
+  return 0;
+}
+
+uint32_t Qp::ece_options() {
+  std::lock_guard lock(mu_);
+  return ece_get_;
+}
+
+void Qp::set_ece_options(uint32_t options) {
+  std::lock_guard lock(mu_);
+  ece_set_ = options;
+  ece_get_ = 0;  // mlx5 forgets what it answered before
+}
+
+namespace {
+int ece_error(int err) {
+  errno = err;
+  return err;
+}
+}  // namespace
+
+// Enhanced connection establishment, as mlx5 (mlx5_query_ece, mlx5_set_ece):
+// options under the device's vendor id, offered by ibv_set_ece, settled by the
+// next ibv_modify_qp to what the device implements (caps::kEceOptions), and
+// read back by ibv_query_ece. The QP is not looked up by number: mlx5 answers
+// both from its own struct, with no command.
+int EmuProvider::query_ece(ibv_qp* qp, ibv_ece* ece) {
+  ece->vendor_id = caps::kVendorId;
+  ece->options = Qp::from(qp)->ece_options();
+  ece->comp_mask = 0;
+  return 0;
+}
+int EmuProvider::set_ece(ibv_qp* qp, ibv_ece* ece) {
+  // libibverbs' own check (ibv_set_ece), which the ABI layer leaves to the
+  // provider, then mlx5's; each sets errno and returns it.
+  if (!ece->vendor_id) return ece_error(EOPNOTSUPP);
+  if (ece->comp_mask || ece->vendor_id != caps::kVendorId) return ece_error(EINVAL);
+  Qp::from(qp)->set_ece_options(ece->options);
   return 0;
 }
 

@@ -43,7 +43,9 @@ EarlyPost early_post_policy();
 
 class Qp {
  public:
-  Qp(Pd& pd, const ibv_qp_init_attr& attr);
+  // domain: the parent domain the QP is created on, whose allocator holds its
+  // queues (null: the heap).
+  Qp(Pd& pd, const ibv_qp_init_attr& attr, ParentDomain* domain = nullptr);
   ~Qp();
   ibv_qp* ibv() { return &handle_.pub.qp_base; }
   ibv_qp_ex* ibv_ex() { return &handle_.pub; }
@@ -84,6 +86,13 @@ class Qp {
   // XRC_RECV: the domain handle the QP was created with (null otherwise).
   Xrcd* xrcd() { return xrcd_; }
   void set_xrcd(Xrcd* xrcd) { xrcd_ = xrcd; }
+  ParentDomain* domain() { return domain_; }
+
+  // ---- enhanced connection establishment (ibv_set_ece(3), as mlx5) ---------
+  // ibv_query_ece's answer: the options the last modify settled on.
+  uint32_t ece_options();
+  // ibv_set_ece: the options the next modify offers.
+  void set_ece_options(uint32_t options);
 
   EventCount events;
 
@@ -265,9 +274,18 @@ class Qp {
 
   // Lock order: mu_, then the device's mr_lock(), then an SRQ's mu or a CQ's.
   std::mutex mu_;
+  // The queues' memory and ConnectX's doorbell record (parent domains with an
+  // allocator only), before the queues that live in it.
+  ParentDomain* domain_;
+  QueueBuffer queue_mem_;
+  QueueBuffer doorbell_;
   WorkQueue<SendWqe> sq_;
   WorkQueue<RecvWqe> rq_;
   std::unique_ptr<WrBatch> batch_;  // extended QPs only
+
+  // ECE (under mu_): the options set for the next modify, and those settled.
+  uint32_t ece_set_ = 0;
+  uint32_t ece_get_ = 0;
 
   // Destination, resolved from the address vector at RTR (and again on migration).
   in_addr dest_addr_{};

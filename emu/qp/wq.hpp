@@ -7,7 +7,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <memory>
+#include <type_traits>
 
 namespace softverbs::emu {
 
@@ -109,18 +110,42 @@ inline ibv_wc_opcode wc_opcode_of(ibv_wr_opcode op) {
 }
 
 // A ring of WQE headers plus, per slot, room for max_sge scatter/gather entries
-// and (send queues) max_inline bytes of inline payload.
+// and (send queues) max_inline bytes of inline payload, all in one buffer of
+// bytes_for() bytes: the queue's own heap block, or storage the caller owns (a
+// parent domain's allocator gave it: emu/objects/domain.hpp), which must then
+// outlive the queue.
 template <class Wqe>
 class WorkQueue {
+  static_assert(std::is_trivially_destructible_v<Wqe>, "WQEs live in raw queue memory");
+
  public:
-  WorkQueue() = default;
-  WorkQueue(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0)
-      : max_wr_(max_wr),
-        max_sge_(max_sge ? max_sge : 1),
-        max_inline_(max_inline),
-        wqes_(max_wr ? max_wr : 1),
-        sges_(static_cast<size_t>(max_wr ? max_wr : 1) * (max_sge ? max_sge : 1)),
-        inline_(static_cast<size_t>(max_wr) * max_inline) {}
+  static constexpr size_t kAlign = alignof(Wqe) > alignof(Sge) ? alignof(Wqe) : alignof(Sge);
+
+  WorkQueue() : WorkQueue(0, 0) {}
+  WorkQueue(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0, void* storage = nullptr)
+      : max_wr_(max_wr), max_sge_(max_sge ? max_sge : 1), max_inline_(max_inline) {
+    const size_t size = bytes_for(max_wr, max_sge, max_inline);
+    if (!storage) {
+      own_.reset(new uint8_t[size]);
+      storage = own_.get();
+    }
+    auto* base = static_cast<uint8_t*>(storage);
+    const size_t slots = slots_for(max_wr);
+    wqes_ = reinterpret_cast<Wqe*>(base);
+    std::uninitialized_value_construct_n(wqes_, slots);
+    sges_ = reinterpret_cast<Sge*>(base + sges_offset(slots));
+    std::uninitialized_value_construct_n(sges_, slots * max_sge_);
+    inline_ = base + inline_offset(slots, max_sge_);
+    std::memset(inline_, 0, static_cast<size_t>(max_wr) * max_inline);
+  }
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  // The bytes a queue of these dimensions keeps in its buffer (aligned to kAlign).
+  static size_t bytes_for(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0) {
+    const size_t slots = slots_for(max_wr);
+    return inline_offset(slots, max_sge ? max_sge : 1) + static_cast<size_t>(max_wr) * max_inline;
+  }
 
   uint32_t capacity() const { return max_wr_; }
   uint32_t max_sge() const { return max_sge_; }
@@ -146,6 +171,12 @@ class WorkQueue {
   void clear() { head_ = tail_ = 0; }
 
  private:
+  static size_t slots_for(uint32_t max_wr) { return max_wr ? max_wr : 1; }
+  static size_t round(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+  static size_t sges_offset(size_t slots) { return round(slots * sizeof(Wqe)); }
+  static size_t inline_offset(size_t slots, uint32_t max_sge) {
+    return sges_offset(slots) + round(slots * max_sge * sizeof(Sge));
+  }
   uint32_t index(uint64_t n) const { return static_cast<uint32_t>(n % (max_wr_ ? max_wr_ : 1)); }
 
   uint32_t max_wr_ = 0;
@@ -153,9 +184,10 @@ class WorkQueue {
   uint32_t max_inline_ = 0;
   uint64_t head_ = 0;
   uint64_t tail_ = 0;
-  std::vector<Wqe> wqes_;
-  std::vector<Sge> sges_;
-  std::vector<uint8_t> inline_;
+  std::unique_ptr<uint8_t[]> own_;  // the buffer, unless the caller gave one
+  Wqe* wqes_ = nullptr;
+  Sge* sges_ = nullptr;
+  uint8_t* inline_ = nullptr;
 };
 
 // Posts one receive work request to a receive queue (a QP's or an SRQ's): 0, or

@@ -185,7 +185,7 @@ def test_emu(args):
             if t["name"] == "Devices/PostTest.SendTooManySges/cf_ib":
                 t["verdict"], t["message"] = "fail", "post_test.cpp:1: injected"
             if t["name"] == "Devices/OptionalFeatureTest.QueryEce/cf_roce":
-                t["observed"]["ibv_query_ece"] = "0"
+                t["observed"]["ibv_query_ece"] = "EOPNOTSUPP"
         changed_json = os.path.join(tmp, "changed.json")
         with open(changed_json, "w") as f:
             json.dump(changed, f)
@@ -194,7 +194,7 @@ def test_emu(args):
         old = next(t for t in emu["tests"] if t["name"] == "Devices/OptionalFeatureTest.QueryEce/cf_roce")
         check(difference_lines(p.stdout) == [
             "Devices/OptionalFeatureTest.QueryEce [cf_roce]",
-            "  observed ibv_query_ece: %s -> 0" % old["observed"].get("ibv_query_ece"),
+            "  observed ibv_query_ece: %s -> EOPNOTSUPP" % old["observed"].get("ibv_query_ece"),
             "Devices/PostTest.SendTooManySges [cf_ib]",
             "  verdict: pass -> fail (post_test.cpp:1: injected)",
         ], "compare lists exactly the changed verdict and observation")
