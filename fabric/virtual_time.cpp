@@ -1,0 +1,299 @@
+// The virtual clock and scheduler (fabric/virtual_time.hpp, docs/simulation.md).
+//
+// Engine work (tasks and due timers) runs in the application thread that
+// reaches an idle point: an empty poll of a CQ (Scheduler::idle_poll) or a
+// blocking read of an event fd (Scheduler::wait_readable). One step runs every
+// task and due timer in queue order until none is left; only a step that found
+// nothing to run, taken while every known application thread is idle, moves the
+// clock, to the earliest deadline, and runs what is due then. So a single
+// application thread sees its engine work in the same order on every run.
+//
+// A thread is known from its first idle point on; it is idle after an empty
+// poll until it posts or a poll finds completions, and for the whole of a
+// blocking read. An application thread that waits where the library cannot see
+// it (poll(2) on a completion channel's fd, a sleep) is covered by the watch
+// thread: after kWatchSilence of real time without any library call it runs
+// a step if every known thread is idle, or after a longer silence
+// (kLongSilencePeriods watch periods) in any case.
+#include "fabric/virtual_time.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/log.hpp"
+
+namespace softverbs::fabric {
+namespace {
+
+// Silence (real time, in watch periods) after which the watch thread moves the
+// clock although some thread was last seen busy: it then waits where the
+// library cannot see it (poll(2) on an event fd right after posting).
+constexpr int kLongSilencePeriods = 10;
+
+// The application threads, process-wide: how many are known, how many idle.
+std::atomic<int> g_known{0};
+std::atomic<int> g_idle{0};
+
+struct ThreadSlot {
+  bool known = false;
+  bool idle = false;
+  ~ThreadSlot() {
+    if (idle) g_idle.fetch_sub(1);
+    if (known) g_known.fetch_sub(1);
+  }
+  void set_idle(bool v) {
+    if (!known) {
+      known = true;
+      g_known.fetch_add(1);
+    }
+    if (idle == v) return;
+    idle = v;
+    if (v)
+      g_idle.fetch_add(1);
+    else
+      g_idle.fetch_sub(1);
+  }
+};
+thread_local ThreadSlot t_slot;
+// Set while the thread runs engine work: a task never waits for more of it.
+thread_local bool t_in_step = false;
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL));
+}
+
+}  // namespace
+
+timespec VirtualClock::wall_now() const noexcept {
+  const int64_t ns = elapsed_ns();
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(kWallEpochSec + ns / 1000000000);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000);
+  return ts;
+}
+
+void VirtualClock::advance_to(time_point t) noexcept {
+  const int64_t target = std::chrono::duration_cast<std::chrono::nanoseconds>(t - kStart).count();
+  int64_t cur = ns_.load(std::memory_order_relaxed);
+  while (target > cur && !ns_.compare_exchange_weak(cur, target, std::memory_order_acq_rel)) {
+  }
+}
+
+VirtualScheduler::VirtualScheduler(std::chrono::milliseconds watch_silence) : silence_(watch_silence) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category());
+}
+
+VirtualScheduler::~VirtualScheduler() {
+  {
+    std::lock_guard lock(watch_mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  ::close(wake_fd_);
+}
+
+VirtualScheduler& VirtualScheduler::instance() {
+  static VirtualScheduler* s = [] {
+    auto* p = new VirtualScheduler;  // lives until exit: other threads may still post
+    p->process_wide_ = true;
+    return p;
+  }();
+  return *s;
+}
+
+void VirtualScheduler::post(Task f) {
+  {
+    std::lock_guard lock(mu_);
+    ready_.push_back(std::move(f));
+  }
+  wake();
+}
+
+void VirtualScheduler::at(Clock::time_point when, Task f) {
+  {
+    std::lock_guard lock(mu_);
+    timers_.push({when, next_seq_++, std::move(f)});
+  }
+  wake();
+}
+
+// New work: a thread blocked in wait_readable() may run it, and the watch
+// thread (started here, on the first work) watches for silence again.
+void VirtualScheduler::wake() {
+  if (waiters_.load() > 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+  if (silence_.count() == 0) return;
+  std::call_once(watch_started_, [this] {
+    watcher_ = std::thread([this] { watch_loop(); });
+    // The process's scheduler is never destroyed: its thread must not keep
+    // exit waiting.
+    if (process_wide_) watcher_.detach();
+  });
+  // The watch thread sets watch_sleeping_ before it looks at the queue, and
+  // the work was queued before this load: it either saw the work or is woken.
+  if (watch_sleeping_.load()) {
+    std::lock_guard lock(watch_mu_);
+    watch_sleeping_.store(false);
+    watch_cv_.notify_one();
+  }
+}
+
+bool VirtualScheduler::has_work() {
+  std::lock_guard lock(mu_);
+  return !ready_.empty() || !timers_.empty();
+}
+
+bool VirtualScheduler::all_idle() noexcept { return g_idle.load() >= g_known.load(); }
+
+bool VirtualScheduler::run_one() {
+  Task t;
+  {
+    std::lock_guard lock(mu_);
+    if (!ready_.empty()) {
+      t = std::move(ready_.front());
+      ready_.pop_front();
+    } else if (!timers_.empty() && timers_.top().when <= clock_.now()) {
+      t = std::move(timers_.top().task);
+      timers_.pop();
+    } else {
+      return false;
+    }
+  }
+  t();
+  return true;
+}
+
+bool VirtualScheduler::step(bool may_jump, Clock::duration* wait_for) {
+  if (wait_for) *wait_for = Clock::duration::zero();
+  struct InStep {
+    InStep() { t_in_step = true; }
+    ~InStep() { t_in_step = false; }
+  } in_step;
+  bool ran = false;
+  while (run_one()) ran = true;
+  // The clock moves only when nothing could run, so whatever the work did is
+  // seen by the application before time passes.
+  if (ran || !may_jump) return ran;
+  Clock::time_point when;
+  {
+    std::lock_guard lock(mu_);
+    if (timers_.empty()) return false;
+    when = timers_.top().when;
+  }
+  if (paced()) {
+    std::lock_guard lock(pace_mu_);
+    const Clock::time_point allowed = virtual_anchor_ + (real_clock().now() - real_anchor_);
+    if (when > allowed) {
+      if (wait_for) *wait_for = when - allowed;
+      return false;
+    }
+  }
+  clock_.advance_to(when);
+  while (run_one()) ran = true;
+  return ran;
+}
+
+void VirtualScheduler::idle_poll() {
+  t_slot.set_idle(true);
+  activity_.fetch_add(1, std::memory_order_relaxed);
+  if (t_in_step) return;
+  std::unique_lock lock(step_mu_, std::try_to_lock);
+  if (!lock) return;  // another thread runs the engine's work
+  step(all_idle());
+}
+
+void VirtualScheduler::note_busy() {
+  if (t_in_step) return;
+  if (t_slot.idle || !t_slot.known) t_slot.set_idle(false);
+  activity_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void VirtualScheduler::wait_readable(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0 && (flags & O_NONBLOCK)) {
+    idle_poll();  // a read that does not block is a poll
+    return;
+  }
+  if (t_in_step) return;
+  t_slot.set_idle(true);
+  activity_.fetch_add(1, std::memory_order_relaxed);
+  while (!readable(fd)) {
+    Clock::duration pause{};
+    bool ran;
+    {
+      std::lock_guard lock(step_mu_);
+      ran = step(all_idle(), &pause);
+    }
+    if (ran) continue;
+    // Nothing to run: block until fd is readable or work is queued (or, when
+    // paced, until real time allows the next jump). waiters_ is raised before
+    // the queue is checked, so a post in between writes the wake fd.
+    waiters_.fetch_add(1);
+    if (!has_work() || pause > Clock::duration::zero() || !all_idle()) {
+      pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      int timeout = -1;
+      if (pause > Clock::duration::zero())
+        timeout = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(pause).count());
+      if (::poll(fds, 2, timeout) > 0 && (fds[1].revents & POLLIN)) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t n = ::read(wake_fd_, &v, sizeof v);
+      }
+    }
+    waiters_.fetch_sub(1);
+  }
+  t_slot.set_idle(false);
+}
+
+void VirtualScheduler::note_outside() {
+  if (paced()) return;
+  std::lock_guard lock(pace_mu_);
+  if (paced_.load()) return;
+  real_anchor_ = real_clock().now();
+  virtual_anchor_ = clock_.now();
+  paced_.store(true, std::memory_order_release);
+  SV_LOG(kInfo, "virtual clock: traffic with another process; virtual time is paced by real time from now on");
+}
+
+// The watch thread: one step per period of silence (no library call by any
+// application thread), so engine work and timers go on while the application
+// waits where the library cannot see it.
+void VirtualScheduler::watch_loop() {
+  uint64_t seen = activity_.load();
+  int silent_periods = 0;
+  std::unique_lock lock(watch_mu_);
+  while (!stopping_) {
+    watch_sleeping_.store(true);
+    if (!has_work()) watch_cv_.wait(lock, [this] { return stopping_ || !watch_sleeping_.load(); });
+    watch_sleeping_.store(false);
+    if (stopping_) break;
+    watch_cv_.wait_for(lock, silence_);
+    if (stopping_) break;
+    const uint64_t now = activity_.load();
+    if (now != seen) {
+      seen = now;
+      silent_periods = 0;
+      continue;
+    }
+    ++silent_periods;
+    lock.unlock();
+    {
+      std::unique_lock step_lock(step_mu_, std::try_to_lock);
+      // A thread last seen busy may be computing: its work is left to it
+      // until the long silence, so that it meets its results in the same order
+      // on every run.
+      if (step_lock && (all_idle() || silent_periods >= kLongSilencePeriods)) step(true);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace softverbs::fabric
