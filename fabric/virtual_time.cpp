@@ -13,8 +13,9 @@
 // blocking read. An application thread that waits where the library cannot see
 // it (poll(2) on a completion channel's fd, a sleep) is covered by the watch
 // thread: after kWatchSilence of real time without any library call it runs
-// a step if every known thread is idle, or after a longer silence
-// (kLongSilencePeriods watch periods) in any case.
+// a step if every known thread is idle. A thread last seen busy stops holding
+// the clock once no thread has posted or found a completion for
+// kLongSilencePeriods watch periods.
 #include "fabric/virtual_time.hpp"
 
 #include <fcntl.h>
@@ -202,19 +203,23 @@ bool VirtualScheduler::step(bool may_jump, Clock::duration* wait_for) {
   return ran;
 }
 
+bool VirtualScheduler::may_jump() const noexcept { return all_idle() || stale_busy_.load(); }
+
 void VirtualScheduler::idle_poll() {
   t_slot.set_idle(true);
   activity_.fetch_add(1, std::memory_order_relaxed);
   if (t_in_step) return;
   std::unique_lock lock(step_mu_, std::try_to_lock);
   if (!lock) return;  // another thread runs the engine's work
-  step(all_idle());
+  step(may_jump());
 }
 
 void VirtualScheduler::note_busy() {
   if (t_in_step) return;
   if (t_slot.idle || !t_slot.known) t_slot.set_idle(false);
   activity_.fetch_add(1, std::memory_order_relaxed);
+  busy_activity_.fetch_add(1, std::memory_order_relaxed);
+  if (stale_busy_.load(std::memory_order_relaxed)) stale_busy_.store(false);
 }
 
 void VirtualScheduler::wait_readable(int fd) {
@@ -231,14 +236,14 @@ void VirtualScheduler::wait_readable(int fd) {
     bool ran;
     {
       std::lock_guard lock(step_mu_);
-      ran = step(all_idle(), &pause);
+      ran = step(may_jump(), &pause);
     }
     if (ran) continue;
     // Nothing to run: block until fd is readable or work is queued (or, when
     // paced, until real time allows the next jump). waiters_ is raised before
     // the queue is checked, so a post in between writes the wake fd.
     waiters_.fetch_add(1);
-    if (!has_work() || pause > Clock::duration::zero() || !all_idle()) {
+    if (!has_work() || pause > Clock::duration::zero() || !may_jump()) {
       pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       int timeout = -1;
       if (pause > Clock::duration::zero())
@@ -265,10 +270,14 @@ void VirtualScheduler::note_outside() {
 
 // The watch thread: one step per period of silence (no library call by any
 // application thread), so engine work and timers go on while the application
-// waits where the library cannot see it.
+// waits where the library cannot see it. It also notices busy threads that
+// stopped working: no post and no completion found by any thread for
+// kLongSilencePeriods periods (a thread that posted and then waits on
+// something of its own) no longer holds the clock.
 void VirtualScheduler::watch_loop() {
   uint64_t seen = activity_.load();
-  int silent_periods = 0;
+  uint64_t seen_busy = busy_activity_.load();
+  int busy_silent = 0;
   std::unique_lock lock(watch_mu_);
   while (!stopping_) {
     watch_sleeping_.store(true);
@@ -277,20 +286,25 @@ void VirtualScheduler::watch_loop() {
     if (stopping_) break;
     watch_cv_.wait_for(lock, silence_);
     if (stopping_) break;
+    const uint64_t busy = busy_activity_.load();
+    if (busy != seen_busy) {
+      seen_busy = busy;
+      busy_silent = 0;
+    } else if (++busy_silent >= kLongSilencePeriods) {
+      stale_busy_.store(true);
+    }
     const uint64_t now = activity_.load();
     if (now != seen) {
       seen = now;
-      silent_periods = 0;
       continue;
     }
-    ++silent_periods;
     lock.unlock();
     {
-      std::unique_lock step_lock(step_mu_, std::try_to_lock);
       // A thread last seen busy may be computing: its work is left to it
-      // until the long silence, so that it meets its results in the same order
-      // on every run.
-      if (step_lock && (all_idle() || silent_periods >= kLongSilencePeriods)) step(true);
+      // until it has been silent that long, so that it meets its results in
+      // the same order on every run.
+      std::unique_lock step_lock(step_mu_, std::try_to_lock);
+      if (step_lock && may_jump()) step(true);
     }
     lock.lock();
   }

@@ -77,6 +77,9 @@ class VirtualScheduler final : public Scheduler {
   bool step(bool may_jump, Clock::duration* wait_for = nullptr);
   // Whether every application thread known to the scheduler is idle.
   static bool all_idle() noexcept;
+  // Whether the clock may move: every known thread idle, or the busy ones
+  // silent for long (see watch_loop()).
+  bool may_jump() const noexcept;
   // Whether a task or a timer waits.
   bool has_work();
 
@@ -107,6 +110,8 @@ class VirtualScheduler final : public Scheduler {
   // Library entries by application threads; the watch thread steps after a
   // whole silence without one.
   std::atomic<uint64_t> activity_{0};
+  std::atomic<uint64_t> busy_activity_{0};  // posts and polls that found completions
+  std::atomic<bool> stale_busy_{false};     // no busy activity for a long silence
   std::chrono::milliseconds silence_;
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;

@@ -10,6 +10,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,6 +148,49 @@ TEST(VirtualTime, TrafficWithAnotherProcessPacesTheClock) {
   s.after(Clock::duration::zero(), [&] { near = true; });
   EXPECT_TRUE(s.step(true));
   EXPECT_TRUE(near);
+}
+
+// Time moves only once every known application thread is idle: a thread that
+// posted holds the clock until it polls an empty CQ itself.
+TEST(VirtualTime, ABusyThreadHoldsTheClock) {
+  VirtualScheduler s(milliseconds(0));
+  std::atomic<bool> fired{false};
+  s.after(milliseconds(1), [&] { fired = true; });
+  std::atomic<int> stage{0};
+  std::thread worker([&] {
+    s.note_busy();  // posted
+    stage = 1;
+    while (stage.load() != 2) std::this_thread::yield();
+    s.idle_poll();  // its CQ is empty: now every thread is idle
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  s.idle_poll();
+  EXPECT_FALSE(fired);  // the worker is busy
+  stage = 2;
+  worker.join();
+  EXPECT_TRUE(fired);  // the worker's empty poll moved the clock
+}
+
+// A thread that posted and then waits on something of its own (no post, no
+// completion found by anyone for a long silence) stops holding the clock: the
+// watch thread notices it, and a polling thread's step moves time on.
+TEST(VirtualTime, ABusyThreadThatWaitsElsewhereStopsHoldingTheClock) {
+  VirtualScheduler s(milliseconds(1));
+  std::atomic<bool> fired{false};
+  s.after(milliseconds(40), [&] { fired = true; });
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    s.note_busy();
+    while (!done.load()) std::this_thread::yield();  // waits outside the library
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fired && std::chrono::steady_clock::now() < deadline) {
+    s.idle_poll();
+    std::this_thread::yield();
+  }
+  done = true;
+  worker.join();
+  EXPECT_TRUE(fired);
 }
 
 }  // namespace
