@@ -35,38 +35,59 @@ namespace {
 // library cannot see it (poll(2) on an event fd right after posting).
 constexpr int kLongSilencePeriods = 10;
 
-// The application threads, process-wide: how many are known, how many idle.
-std::atomic<int> g_known{0};
-std::atomic<int> g_idle{0};
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL));
+}
+
+// Steps that ran work, process-wide. An empty poll counts as idle only until
+// the next such step: the work may have completed something the polling thread
+// has not seen yet, and time must not move before it looks.
+std::atomic<uint64_t> g_work_epoch{0};
+
+// The application threads known to the scheduler (process-wide), each with
+// what it was last seen doing.
+enum : int { kBusy, kPolledEmpty, kBlocked };
+struct ThreadSlot;
+std::mutex g_threads_mu;
+std::vector<ThreadSlot*>* g_threads = new std::vector<ThreadSlot*>;  // never destroyed: threads exit late
 
 struct ThreadSlot {
+  std::atomic<int> state{kBusy};
+  std::atomic<uint64_t> polled_at{0};  // g_work_epoch at its last empty poll
+  std::atomic<int> wait_fd{-1};        // kBlocked: the fd it waits for
   bool known = false;
-  bool idle = false;
-  ~ThreadSlot() {
-    if (idle) g_idle.fetch_sub(1);
-    if (known) g_known.fetch_sub(1);
+
+  void join() {
+    if (known) return;
+    known = true;
+    std::lock_guard lock(g_threads_mu);
+    g_threads->push_back(this);
   }
-  void set_idle(bool v) {
-    if (!known) {
-      known = true;
-      g_known.fetch_add(1);
-    }
-    if (idle == v) return;
-    idle = v;
-    if (v)
-      g_idle.fetch_add(1);
-    else
-      g_idle.fetch_sub(1);
+  ~ThreadSlot() {
+    if (!known) return;
+    std::lock_guard lock(g_threads_mu);
+    std::erase(*g_threads, this);
+  }
+  void polled_empty() {
+    join();
+    polled_at.store(g_work_epoch.load());
+    state.store(kPolledEmpty);
+  }
+  void blocked_on(int fd) {
+    join();
+    wait_fd.store(fd);
+    state.store(kBlocked);
+  }
+  void busy() {
+    join();
+    state.store(kBusy);
+    wait_fd.store(-1);
   }
 };
 thread_local ThreadSlot t_slot;
 // Set while the thread runs engine work: a task never waits for more of it.
 thread_local bool t_in_step = false;
-
-bool readable(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL));
-}
 
 }  // namespace
 
@@ -153,7 +174,26 @@ bool VirtualScheduler::has_work() {
   return !ready_.empty() || !timers_.empty();
 }
 
-bool VirtualScheduler::all_idle() noexcept { return g_idle.load() >= g_known.load(); }
+bool VirtualScheduler::all_idle(bool busy_waits) noexcept {
+  const uint64_t epoch = g_work_epoch.load();
+  std::lock_guard lock(g_threads_mu);
+  for (const ThreadSlot* t : *g_threads) {
+    switch (t->state.load()) {
+      case kBusy:
+        if (!busy_waits) return false;
+        break;
+      case kPolledEmpty:
+        if (t->polled_at.load() != epoch) return false;  // has not looked since the last work
+        break;
+      case kBlocked: {
+        const int fd = t->wait_fd.load();
+        if (fd >= 0 && readable(fd)) return false;  // woken, not yet running
+        break;
+      }
+    }
+  }
+  return true;
+}
 
 bool VirtualScheduler::run_one() {
   Task t;
@@ -181,6 +221,7 @@ bool VirtualScheduler::step(bool may_jump, Clock::duration* wait_for) {
   } in_step;
   bool ran = false;
   while (run_one()) ran = true;
+  if (ran) g_work_epoch.fetch_add(1);
   // The clock moves only when nothing could run, so whatever the work did is
   // seen by the application before time passes.
   if (ran || !may_jump) return ran;
@@ -200,13 +241,14 @@ bool VirtualScheduler::step(bool may_jump, Clock::duration* wait_for) {
   }
   clock_.advance_to(when);
   while (run_one()) ran = true;
+  if (ran) g_work_epoch.fetch_add(1);
   return ran;
 }
 
-bool VirtualScheduler::may_jump() const noexcept { return all_idle() || stale_busy_.load(); }
+bool VirtualScheduler::may_jump() const noexcept { return all_idle(stale_busy_.load()); }
 
 void VirtualScheduler::idle_poll() {
-  t_slot.set_idle(true);
+  if (!t_in_step) t_slot.polled_empty();
   activity_.fetch_add(1, std::memory_order_relaxed);
   if (t_in_step) return;
   std::unique_lock lock(step_mu_, std::try_to_lock);
@@ -216,7 +258,7 @@ void VirtualScheduler::idle_poll() {
 
 void VirtualScheduler::note_busy() {
   if (t_in_step) return;
-  if (t_slot.idle || !t_slot.known) t_slot.set_idle(false);
+  if (t_slot.state.load(std::memory_order_relaxed) != kBusy || !t_slot.known) t_slot.busy();
   activity_.fetch_add(1, std::memory_order_relaxed);
   busy_activity_.fetch_add(1, std::memory_order_relaxed);
   if (stale_busy_.load(std::memory_order_relaxed)) stale_busy_.store(false);
@@ -229,7 +271,7 @@ void VirtualScheduler::wait_readable(int fd) {
     return;
   }
   if (t_in_step) return;
-  t_slot.set_idle(true);
+  t_slot.blocked_on(fd);
   activity_.fetch_add(1, std::memory_order_relaxed);
   while (!readable(fd)) {
     Clock::duration pause{};
@@ -255,7 +297,7 @@ void VirtualScheduler::wait_readable(int fd) {
     }
     waiters_.fetch_sub(1);
   }
-  t_slot.set_idle(false);
+  t_slot.busy();
 }
 
 void VirtualScheduler::note_outside() {

@@ -75,8 +75,11 @@ class VirtualScheduler final : public Scheduler {
   // given) gets how long real time must pass before a paced jump may happen
   // (zero otherwise).
   bool step(bool may_jump, Clock::duration* wait_for = nullptr);
-  // Whether every application thread known to the scheduler is idle.
-  static bool all_idle() noexcept;
+  // Whether every application thread known to the scheduler is idle: blocked
+  // in wait_readable() on an fd that is not readable, or past an empty poll
+  // with no work run since (a thread last seen busy counts as idle only if
+  // `busy_waits`).
+  static bool all_idle(bool busy_waits = false) noexcept;
   // Whether the clock may move: every known thread idle, or the busy ones
   // silent for long (see watch_loop()).
   bool may_jump() const noexcept;
