@@ -1,4 +1,4 @@
-// OutsideLink: pacing and hand-over at the edge of the process (see the header).
+// OutsideLink: real time at the edge of the process (see the header).
 #include "fabric/outside_link.hpp"
 
 namespace softverbs::fabric {
@@ -14,10 +14,12 @@ void OutsideLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> 
 }
 
 void OutsideLink::ready() {
-  // Called on the socket watch's thread: the drain runs where the rest of the
-  // engine's work does.
+  // Called on the socket watch's thread (the real-time progress thread), which
+  // drains the device at once, as on real time: once other processes take
+  // part the run is real-time anyway, and a peer must not wait for an
+  // application thread to come by.
   scheduler_.note_outside();
-  scheduler_.post([up = up_] { up->ready(); });
+  up_->ready();
 }
 
 }  // namespace softverbs::fabric

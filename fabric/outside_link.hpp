@@ -1,9 +1,9 @@
 // Under virtual time, the boundary between the devices of this process and
 // everything outside it (docs/simulation.md, "Virtual time"): traffic with
 // another process cannot be simulated, so the first packet that crosses this
-// link in either direction makes the virtual clock keep pace with real time,
-// and arrivals the socket watch reports (on the real-time progress thread) are
-// handed to the virtual scheduler, which runs them in an application thread.
+// link in either direction makes the virtual clock follow real time, and
+// arrivals the socket watch reports are drained on the real-time progress
+// thread at once, as on real time.
 #pragma once
 
 #include "fabric/link.hpp"

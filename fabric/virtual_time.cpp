@@ -23,6 +23,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "core/log.hpp"
@@ -97,6 +98,21 @@ timespec VirtualClock::wall_now() const noexcept {
   ts.tv_sec = static_cast<time_t>(kWallEpochSec + ns / 1000000000);
   ts.tv_nsec = static_cast<long>(ns % 1000000000);
   return ts;
+}
+
+int64_t VirtualClock::elapsed_ns() const noexcept {
+  const int64_t ns = ns_.load(std::memory_order_acquire);
+  if (!follows_real_time()) return ns;
+  const int64_t real =
+      real_base_ns_ + std::chrono::duration_cast<std::chrono::nanoseconds>(real_clock().now() - real_anchor_).count();
+  return std::max(ns, real);
+}
+
+void VirtualClock::follow_real_time() noexcept {
+  if (follows_real_time()) return;
+  real_base_ns_ = ns_.load();
+  real_anchor_ = real_clock().now();
+  real_.store(true, std::memory_order_release);
 }
 
 void VirtualClock::advance_to(time_point t) noexcept {
@@ -232,10 +248,10 @@ bool VirtualScheduler::step(bool may_jump, Clock::duration* wait_for) {
     when = timers_.top().when;
   }
   if (paced()) {
-    std::lock_guard lock(pace_mu_);
-    const Clock::time_point allowed = virtual_anchor_ + (real_clock().now() - real_anchor_);
-    if (when > allowed) {
-      if (wait_for) *wait_for = when - allowed;
+    // Following real time: no jumps; the deadline comes when real time does.
+    const Clock::time_point now = clock_.now();
+    if (when > now) {
+      if (wait_for) *wait_for = when - now;
       return false;
     }
   }
@@ -282,7 +298,7 @@ void VirtualScheduler::wait_readable(int fd) {
     }
     if (ran) continue;
     // Nothing to run: block until fd is readable or work is queued (or, when
-    // paced, until real time allows the next jump). waiters_ is raised before
+    // the clock follows real time, until the next deadline). waiters_ is raised before
     // the queue is checked, so a post in between writes the wake fd.
     waiters_.fetch_add(1);
     if (!has_work() || pause > Clock::duration::zero() || !may_jump()) {
@@ -302,12 +318,12 @@ void VirtualScheduler::wait_readable(int fd) {
 
 void VirtualScheduler::note_outside() {
   if (paced()) return;
+  // Once: the first packet across makes the clock follow real time. Two
+  // threads may get here together; follow_real_time() is guarded by this mutex.
   std::lock_guard lock(pace_mu_);
-  if (paced_.load()) return;
-  real_anchor_ = real_clock().now();
-  virtual_anchor_ = clock_.now();
-  paced_.store(true, std::memory_order_release);
-  SV_LOG(kInfo, "virtual clock: traffic with another process; virtual time is paced by real time from now on");
+  if (paced()) return;
+  clock_.follow_real_time();
+  SV_LOG(kInfo, "virtual clock: traffic with another process; the clock follows real time from now on");
 }
 
 // The watch thread: one step per period of silence (no library call by any

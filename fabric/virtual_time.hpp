@@ -23,7 +23,9 @@ namespace softverbs::fabric {
 // Time as the virtual scheduler moves it: now() starts at a fixed point and
 // changes only in advance_to(); wall_now() is a fixed epoch (2026-01-01 00:00:00
 // UTC) plus the same elapsed time, so completion and capture timestamps repeat
-// from run to run.
+// from run to run. Once follow_real_time() is called (traffic with another
+// process) the clock also runs with real time from where it stood: it then
+// never moves slower than real time, so no timer fires early in real terms.
 class VirtualClock final : public Clock {
  public:
   static constexpr int64_t kWallEpochSec = 1767225600;
@@ -32,12 +34,18 @@ class VirtualClock final : public Clock {
   time_point now() const noexcept override { return kStart + std::chrono::nanoseconds(elapsed_ns()); }
   timespec wall_now() const noexcept override;
   // Nanoseconds since the start.
-  int64_t elapsed_ns() const noexcept { return ns_.load(std::memory_order_acquire); }
+  int64_t elapsed_ns() const noexcept;
   // Moves the clock forward to t (never back).
   void advance_to(time_point t) noexcept;
+  // From now on the clock runs with real time too (idempotent).
+  void follow_real_time() noexcept;
+  bool follows_real_time() const noexcept { return real_.load(std::memory_order_acquire); }
 
  private:
   std::atomic<int64_t> ns_{0};
+  std::atomic<bool> real_{false};
+  int64_t real_base_ns_ = 0;          // ns_ when it started following real time
+  Clock::time_point real_anchor_{};  // and the real clock then
 };
 
 class VirtualScheduler final : public Scheduler {
@@ -64,16 +72,16 @@ class VirtualScheduler final : public Scheduler {
   void wait_readable(int fd) override;
 
   // Traffic with another process went out or came in (fabric/outside_link.hpp):
-  // from now on the clock never runs ahead of real time, so a peer that answers
-  // in real time is never timed out early.
+  // from now on the clock runs with real time and never jumps, so a peer that
+  // answers in real time is never timed out early.
   void note_outside();
-  bool paced() const noexcept { return paced_.load(std::memory_order_acquire); }
+  bool paced() const noexcept { return clock_.follows_real_time(); }
 
   // One step, in the calling thread: runs the queued work and the timers that
   // are due; if none was and `may_jump`, moves the clock to the earliest
   // deadline and runs what is due then. True if anything ran. *wait_for (if
-  // given) gets how long real time must pass before a paced jump may happen
-  // (zero otherwise).
+  // given) gets how long real time must pass until the next deadline when the
+  // clock follows real time (zero otherwise).
   bool step(bool may_jump, Clock::duration* wait_for = nullptr);
   // Whether every application thread known to the scheduler is idle: blocked
   // in wait_readable() on an fd that is not readable, or past an empty poll
@@ -115,6 +123,7 @@ class VirtualScheduler final : public Scheduler {
   std::atomic<uint64_t> activity_{0};
   std::atomic<uint64_t> busy_activity_{0};  // posts and polls that found completions
   std::atomic<bool> stale_busy_{false};     // no busy activity for a long silence
+  std::mutex pace_mu_;                      // note_outside(): once
   std::chrono::milliseconds silence_;
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
@@ -124,12 +133,6 @@ class VirtualScheduler final : public Scheduler {
   std::thread watcher_;
   bool process_wide_ = false;
 
-  // Pacing once other processes take part: virtual time may pass at most as
-  // much real time as has passed since the anchor.
-  std::atomic<bool> paced_{false};
-  std::mutex pace_mu_;
-  Clock::time_point real_anchor_{};
-  Clock::time_point virtual_anchor_{};
 };
 
 }  // namespace softverbs::fabric
