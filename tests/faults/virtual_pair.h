@@ -1,6 +1,6 @@
 /* An RC pair between two emulated devices of this process for the virtual-time
  * programs (virtual_retry.c, virtual_replay.c), on the public verbs API only:
- * one context, PD, CQ, registered buffer and RC QP per side, connected over the
+ * one context, PD, CQ, buffer (registered at kIova) and RC QP per side, connected over the
  * RoCE v2 GID at index 1, and the device's clock read through
  * ibv_query_rt_values_ex (the clock completion timestamps come from). */
 #ifndef SV_TESTS_FAULTS_VIRTUAL_PAIR_H
@@ -14,6 +14,7 @@
 #include <time.h>
 
 enum { kBufSize = 1 << 16 };
+static const uint64_t kIova = 0x100000; /* where each side's buffer is registered */
 
 #define CHECK(cond)                                                      \
   do {                                                                   \
@@ -41,10 +42,13 @@ static void open_side(struct ibv_device* dev, struct side* s) {
   CHECK(s->pd);
   s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
   CHECK(s->cq);
-  if (!s->buf) s->buf = calloc(1, kBufSize);
+  s->buf = aligned_alloc(4096, kBufSize);
   CHECK(s->buf);
-  s->mr = ibv_reg_mr(s->pd, s->buf, kBufSize,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  memset(s->buf, 0, kBufSize);
+  /* Registered at a fixed I/O virtual address, so that the addresses RDMA
+   * operations carry (the RETH) are the same on every run. */
+  s->mr = ibv_reg_mr_iova(s->pd, s->buf, kBufSize, kIova,
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   CHECK(s->mr);
   memset(&qa, 0, sizeof qa);
   qa.send_cq = s->cq;
@@ -112,6 +116,7 @@ static void close_side(struct side* s) {
   CHECK(ibv_destroy_cq(s->cq) == 0);
   CHECK(ibv_dealloc_pd(s->pd) == 0);
   CHECK(ibv_close_device(s->ctx) == 0);
+  free(s->buf);
 }
 
 #endif

@@ -6,11 +6,10 @@
  * status, opcode, length, the device clock's nanoseconds at the completion) and
  * the fault and transport counters. Run twice with SOFTVERBS_CLOCK=virtual, the
  * same SOFTVERBS_FAULT_SEED and fixed device addresses, the output and the
- * capture (SOFTVERBS_PCAP) are identical (virtual_replay_test.cpp). Buffers sit
- * at fixed addresses so that the RETH's virtual addresses repeat too. */
-#define _GNU_SOURCE
+ * capture (SOFTVERBS_PCAP) are identical (virtual_replay_test.cpp). Buffers are
+ * registered at a fixed I/O virtual address so that the RETH's addresses repeat
+ * too. */
 #include <softverbs/faults.h>
-#include <sys/mman.h>
 
 #include "virtual_pair.h"
 
@@ -20,15 +19,8 @@ static const char kScenario[] =
     "[[rule]]\nname = \"reorder\"\nprobability = 0.03\naction = \"reorder\"\n"
     "[[rule]]\nname = \"delay\"\nprobability = 0.03\naction = \"delay\"\ndelay_us = 700\n";
 
-/* A buffer at a fixed address (the same on every run). */
-static char* fixed_buffer(uintptr_t at) {
-  void* p = mmap((void*)at, kBufSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  CHECK(p == (void*)at);
-  return p;
-}
-
 static void post_recv(struct side* s) {
-  struct ibv_sge sge = {(uintptr_t)(s->buf + 32768), 4096, s->mr->lkey};
+  struct ibv_sge sge = {kIova + 32768, 4096, s->mr->lkey}; /* SGEs use the region's I/O addresses */
   struct ibv_recv_wr wr, *bad = NULL;
   memset(&wr, 0, sizeof wr);
   wr.sg_list = &sge;
@@ -55,8 +47,6 @@ int main(void) {
   CHECK(list && n >= 2);
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
-  a.buf = fixed_buffer(0x6f0000000000ull);
-  b.buf = fixed_buffer(0x6f0000100000ull);
   open_side(list[0], &a);
   open_side(list[1], &b);
   connect_side(&a, &b, 10);
@@ -73,7 +63,7 @@ int main(void) {
     struct ibv_wc wc;
     memset(a.buf, i, 3000);
     memset(&sge, 0, sizeof sge);
-    sge.addr = (uintptr_t)a.buf;
+    sge.addr = kIova;
     sge.length = kind == 0 ? 3000 : kind == 1 ? 100 : 2000;
     sge.lkey = a.mr->lkey;
     memset(&wr, 0, sizeof wr);
@@ -82,7 +72,7 @@ int main(void) {
     wr.num_sge = 1;
     wr.opcode = kind == 0 ? IBV_WR_RDMA_WRITE : kind == 1 ? IBV_WR_SEND : IBV_WR_RDMA_READ;
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 4096;
+    wr.wr.rdma.remote_addr = kIova + 4096;
     wr.wr.rdma.rkey = b.mr->rkey;
     CHECK(ibv_post_send(a.qp, &wr, &bad) == 0);
     wait_one(a.cq, &wc);

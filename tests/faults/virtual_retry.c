@@ -50,7 +50,7 @@ int main(void) {
   }
 
   memset(&sge, 0, sizeof sge);
-  sge.addr = (uintptr_t)a.buf;
+  sge.addr = kIova; /* SGEs name the region by its I/O virtual address too */
   sge.length = 16;
   sge.lkey = a.mr->lkey;
   memset(&wr, 0, sizeof wr);
@@ -59,7 +59,7 @@ int main(void) {
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+  wr.wr.rdma.remote_addr = kIova;
   wr.wr.rdma.rkey = b.mr->rkey;
 
   v0 = device_ns(a.ctx);
