@@ -170,7 +170,16 @@ bool virtual_clock() {
   static const bool on = [] {
     const char* v = env::clock();
     if (!v || !*v || std::strcmp(v, "real") == 0) return false;
-    if (std::strcmp(v, "virtual") == 0) return true;
+    if (std::strcmp(v, "virtual") == 0) {
+      // A real device has real time: with only the hw backend there is nothing
+      // to simulate, and the fault engine's timed rules keep the real clock.
+      const char* backend = env::backend();
+      if (backend && std::strcmp(backend, "hw") == 0) {
+        SV_LOG(kWarn, "SOFTVERBS_CLOCK=virtual: SOFTVERBS_BACKEND=hw has no emulated devices; using real");
+        return false;
+      }
+      return true;
+    }
     SV_LOG(kError, "SOFTVERBS_CLOCK=%s: expected real or virtual; using real", v);
     return false;
   }();
