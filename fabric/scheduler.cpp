@@ -4,13 +4,12 @@
 
 #include <unistd.h>
 
-#include <cstring>
-
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstring>
 #include <queue>
 #include <thread>
 #include <vector>

@@ -298,8 +298,9 @@ void VirtualScheduler::wait_readable(int fd) {
     }
     if (ran) continue;
     // Nothing to run: block until fd is readable or work is queued (or, when
-    // the clock follows real time, until the next deadline). waiters_ is raised before
-    // the queue is checked, so a post in between writes the wake fd.
+    // the clock follows real time, until the next deadline). waiters_ is
+    // raised before the queue is checked, so a post in between writes the
+    // wake fd.
     waiters_.fetch_add(1);
     if (!has_work() || pause > Clock::duration::zero() || !may_jump()) {
       pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};

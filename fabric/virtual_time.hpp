@@ -44,7 +44,7 @@ class VirtualClock final : public Clock {
  private:
   std::atomic<int64_t> ns_{0};
   std::atomic<bool> real_{false};
-  int64_t real_base_ns_ = 0;          // ns_ when it started following real time
+  int64_t real_base_ns_ = 0;         // ns_ when it started following real time
   Clock::time_point real_anchor_{};  // and the real clock then
 };
 
@@ -132,7 +132,6 @@ class VirtualScheduler final : public Scheduler {
   std::once_flag watch_started_;
   std::thread watcher_;
   bool process_wide_ = false;
-
 };
 
 }  // namespace softverbs::fabric

@@ -29,8 +29,8 @@ std::string slurp(const std::string& path) {
 }
 
 Replay run_once(const std::string& seed, int index) {
-  const std::string pcap = ::testing::TempDir() + "sv_virtual_replay_" + std::to_string(::getpid()) + "_" +
-                           std::to_string(index) + ".pcap";
+  const std::string pcap =
+      ::testing::TempDir() + "sv_virtual_replay_" + std::to_string(::getpid()) + "_" + std::to_string(index) + ".pcap";
   Env env = Env::inherit()
                 .set("SOFTVERBS_CLOCK", "virtual")
                 .set("SOFTVERBS_DEVICES", "emu0@127.0.201.10,emu1@127.0.201.11")
@@ -52,8 +52,8 @@ TEST(VirtualTime, SameSeedSameRun) {
   for (int i = 1; i < 3; ++i) {
     const Replay again = run_once("7", i);
     EXPECT_EQ(again.out, first.out) << "run " << i;
-    EXPECT_TRUE(again.pcap == first.pcap) << "run " << i << ": the captures differ (" << again.pcap.size()
-                                          << " and " << first.pcap.size() << " bytes)";
+    EXPECT_TRUE(again.pcap == first.pcap)
+        << "run " << i << ": the captures differ (" << again.pcap.size() << " and " << first.pcap.size() << " bytes)";
   }
   const Replay other = run_once("8", 3);
   EXPECT_NE(other.out, first.out);
