@@ -54,6 +54,22 @@ class Scheduler {
   // that it still exists).
   virtual void at(Clock::time_point when, Task f) = 0;
   void after(Clock::duration delay, Task f) { at(clock().now() + delay, std::move(f)); }
+
+  // What application threads tell the engine about themselves, for a scheduler
+  // that runs engine work in those threads and moves its clock on when they all
+  // wait (virtual time, docs/simulation.md). A scheduler with a thread of its own
+  // ignores them, so these defaults do nothing.
+  //
+  // The calling thread polled an empty CQ: a hint that it is idle until its next
+  // note_busy(). The scheduler may run engine work here.
+  virtual void idle_poll() {}
+  // The calling thread does work (it posts, or a poll found completions).
+  virtual void note_busy() {}
+  // The calling thread is about to block until fd becomes readable (the read in
+  // ibv_get_cq_event, ibv_get_async_event, rdma_get_cm_event): returns once it
+  // is readable, having run engine work meanwhile. The default returns at once
+  // and the caller's read blocks.
+  virtual void wait_readable(int fd) { (void)fd; }
 };
 
 }  // namespace softverbs

@@ -55,6 +55,9 @@ constexpr std::array kTable = {
     Variable{Var::kPostBeforeRts, "SOFTVERBS_POST_BEFORE_RTS",
              "posting to a QP before RTS: queue (as ConnectX) or refuse (EINVAL, as the IBTA and rxe)",
              "queue", kLibrary, false},
+    Variable{Var::kClock, "SOFTVERBS_CLOCK",
+             "the engine's time: real, or virtual (time jumps to the next deadline whenever every thread waits)",
+             "real", kLibrary, false},
 };
 
 // kTable is indexed by Var.

@@ -35,6 +35,7 @@ enum class Var {
   kCmMaxRetries,
   kVendorPartId,
   kPostBeforeRts,
+  kClock,
 };
 
 struct Variable {
@@ -72,5 +73,6 @@ inline const char* cm_response_timeout() noexcept { return raw(Var::kCmResponseT
 inline const char* cm_max_retries() noexcept { return raw(Var::kCmMaxRetries); }
 inline const char* vendor_part_id() noexcept { return raw(Var::kVendorPartId); }
 inline const char* post_before_rts() noexcept { return raw(Var::kPostBeforeRts); }
+inline const char* clock() noexcept { return raw(Var::kClock); }
 
 }  // namespace softverbs::env

@@ -9,11 +9,14 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstring>
 #include <queue>
 #include <thread>
 #include <vector>
 
+#include "core/env.hpp"
 #include "core/log.hpp"
+#include "fabric/virtual_time.hpp"
 #include "faults/process.hpp"
 
 namespace softverbs::fabric {
@@ -160,9 +163,38 @@ void RealTimeScheduler::Engine::arm(Watch* w) {
 
 }  // namespace softverbs::fabric
 
+namespace softverbs::fabric {
+
+bool virtual_clock() {
+  static const bool on = [] {
+    const char* v = env::clock();
+    if (!v || !*v || std::strcmp(v, "real") == 0) return false;
+    if (std::strcmp(v, "virtual") == 0) {
+      // A real device has real time: with only the hw backend there is nothing
+      // to simulate, and the fault engine's timed rules keep the real clock.
+      const char* backend = env::backend();
+      if (backend && std::strcmp(backend, "hw") == 0) {
+        SV_LOG(kWarn, "SOFTVERBS_CLOCK=virtual: SOFTVERBS_BACKEND=hw has no emulated devices; using real");
+        return false;
+      }
+      return true;
+    }
+    SV_LOG(kError, "SOFTVERBS_CLOCK=%s: expected real or virtual; using real", v);
+    return false;
+  }();
+  return on;
+}
+
+Scheduler& process_scheduler() {
+  if (virtual_clock()) return VirtualScheduler::instance();
+  return RealTimeScheduler::instance();
+}
+
+}  // namespace softverbs::fabric
+
 // The scheduler the process's fault engine runs its timed rules on
-// (faults/process.hpp): the progress thread. Defined in this object on
-// purpose: the emulated devices' use of instance() is what brings this object
-// into a static link, and with it this definition, which faults/process.cpp
-// needs although the faults library comes after this one on the link line.
-softverbs::Scheduler& softverbs::faults::process_scheduler() { return fabric::RealTimeScheduler::instance(); }
+// (faults/process.hpp): the process's. Defined in this object on purpose: the
+// emulated devices' use of process_scheduler() is what brings this object into
+// a static link, and with it this definition, which faults/process.cpp needs
+// although the faults library comes after this one on the link line.
+softverbs::Scheduler& softverbs::faults::process_scheduler() { return fabric::process_scheduler(); }

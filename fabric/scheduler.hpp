@@ -48,4 +48,13 @@ class RealTimeScheduler final : public Scheduler {
   bool process_wide_ = false;  // instance(): never destroyed, its thread detached
 };
 
+// The scheduler (and with it the clock) of the process's engine, chosen once by
+// SOFTVERBS_CLOCK: RealTimeScheduler::instance() by default, or
+// VirtualScheduler::instance() (fabric/virtual_time.hpp) for `virtual`. The
+// links to other processes (UDP, the same-host path) watch their sockets on
+// RealTimeScheduler::instance() in either case.
+Scheduler& process_scheduler();
+// Whether process_scheduler() is the virtual one.
+bool virtual_clock();
+
 }  // namespace softverbs::fabric

@@ -13,7 +13,7 @@ namespace softverbs::faults {
 FaultEngine& process_engine() {
   static FaultEngine* engine = [] {
     // Never destroyed: backends and pending timed rules may use it until exit.
-    auto* e = new FaultEngine(real_clock(), process_scheduler());
+    auto* e = new FaultEngine(process_scheduler().clock(), process_scheduler());
     if (const char* seed = env::fault_seed(); seed && *seed)
       e->set_seed(std::strtoull(seed, nullptr, 0));
     if (const char* log = env::fault_log(); log && *log) e->set_log(log);

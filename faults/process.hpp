@@ -11,13 +11,13 @@
 
 namespace softverbs::faults {
 
-// Built on first use with the real clock and process_scheduler(); lives until
+// Built on first use on process_scheduler() and its clock; lives until
 // exit. Empty (no rules) when the variables are unset.
 FaultEngine& process_engine();
 
-// The scheduler the process's engine runs its timed rules on: the thread that
-// drives the emulated devices. Defined by the module that owns that thread (the
-// emulated devices' progress engine).
+// The scheduler the process's engine runs its timed rules on: the one that
+// drives the emulated devices (real or virtual time, SOFTVERBS_CLOCK). Defined
+// by the module that owns it (fabric/scheduler.cpp).
 Scheduler& process_scheduler();
 
 }  // namespace softverbs::faults

@@ -13,6 +13,7 @@
 
 #include "core/log.hpp"
 #include "emu/provider.hpp"
+#include "fabric/scheduler.hpp"
 
 namespace softverbs::emu {
 
@@ -146,6 +147,8 @@ int EmuCm::get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
       if (fd < 0) return fail(errno);
       ch->readers++;
     }
+    // Under virtual time the wait runs the engine's work (docs/simulation.md).
+    fabric::process_scheduler().wait_readable(fd);
     char b;
     ssize_t n = read(fd, &b, 1);  // blocks unless the application set O_NONBLOCK
     int err = errno;

@@ -22,7 +22,9 @@
 #include "core/log.hpp"
 #include "fabric/faulty_link.hpp"
 #include "fabric/host_link.hpp"
+#include "fabric/outside_link.hpp"
 #include "fabric/scheduler.hpp"
+#include "fabric/virtual_time.hpp"
 #include "fabric/tap_link.hpp"
 #include "fabric/udp_link.hpp"
 #include "faults/process.hpp"
@@ -307,8 +309,11 @@ const std::vector<Device*>& DeviceRegistry::devices() {
       SV_LOG(kError, "%s; no emulated devices", error_.c_str());
       return;
     }
-    // Real time: the process's progress thread and the system clocks.
-    fabric::RealTimeScheduler& scheduler = fabric::RealTimeScheduler::instance();
+    // The engine's time (SOFTVERBS_CLOCK): real time (the process's progress
+    // thread and the system clocks) or virtual time. The sockets to other
+    // processes are watched by the progress thread in either case.
+    Scheduler& scheduler = fabric::process_scheduler();
+    fabric::RealTimeScheduler& sockets = fabric::RealTimeScheduler::instance();
     // SOFTVERBS_AUTO_ADDRS: the automatic addresses the launcher described in
     // the program's sysfs view, tried first.
     std::vector<in_addr> preferred;
@@ -329,7 +334,7 @@ const std::vector<Device*>& DeviceRegistry::devices() {
       DeviceConfig fitted = dc;
       fitted.active_mtu = mtu_for_interface_of(addr, dc.active_mtu, dc.name);
       owned_.push_back(std::make_unique<Device>(fitted, index++, addr, scheduler.clock(), scheduler, engine, engine));
-      connect(*owned_.back(), fd, scheduler);
+      connect(*owned_.back(), fd, sockets);
       devices_.push_back(owned_.back().get());
     }
     if (!devices_.empty()) engine.add_actor([this](const faults::FaultDecision& d) { apply_timed_fault(devices_, d); });
@@ -354,7 +359,15 @@ void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler&
   }
   auto host = std::make_unique<fabric::HostLink>(*udp, scheduler, host_fd, dev.addr(), dev.counters(), host_options,
                                                  dev.name());
-  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), scheduler, host.get());
+  // Under virtual time the packets that leave or enter the process pace the
+  // clock (fabric/outside_link.hpp).
+  std::unique_ptr<fabric::OutsideLink> outside;
+  fabric::Link* beyond = host.get();
+  if (fabric::virtual_clock()) {
+    outside = std::make_unique<fabric::OutsideLink>(*host, fabric::VirtualScheduler::instance());
+    beyond = outside.get();
+  }
+  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), dev.scheduler(), beyond);
   auto tap = std::make_unique<fabric::TapLink>(*local, dev.addr(), dev.counters(), dev.clock(),
                                                wire::PcapWriter::instance(), &hub_);
   auto faulty = std::make_unique<fabric::FaultyLink>(*tap, dev.packet_filter(), dev.scheduler(),
@@ -362,6 +375,7 @@ void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler&
   dev.connect(*faulty);
   links_.push_back(std::move(udp));
   links_.push_back(std::move(host));
+  if (outside) links_.push_back(std::move(outside));
   links_.push_back(std::move(local));
   links_.push_back(std::move(tap));
   links_.push_back(std::move(faulty));

@@ -98,6 +98,8 @@ void Context::post_async_event(const ibv_async_event& event) {
 
 int Context::get_async_event(ibv_async_event* event) {
   for (;;) {
+    // Under virtual time the wait runs the engine's work (docs/simulation.md).
+    device_.scheduler().wait_readable(handle_.pub.context.async_fd);
     if (take_token(handle_.pub.context.async_fd) < 0) return -1;
     std::lock_guard lock(async_mu_);
     if (async_events_.empty()) continue;  // its element was destroyed meanwhile
@@ -162,6 +164,7 @@ void CompChannel::notify(Cq* cq) {
 
 int CompChannel::get_event(Cq** cq) {
   for (;;) {
+    ctx_.device().scheduler().wait_readable(handle_.pub.fd);
     if (take_token(handle_.pub.fd) < 0) return -1;
     std::lock_guard lock(mu_);
     if (events_.empty()) continue;  // its CQ was destroyed meanwhile

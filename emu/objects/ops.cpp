@@ -39,17 +39,37 @@ constexpr uint64_t kHcaCoreClockKhz = 1000000;
 
 // ---- live ibv_context_ops slots -------------------------------------------
 
-int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) { return Qp::from(qp)->post_send(wr, bad_wr); }
-int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) { return Qp::from(qp)->post_recv(wr, bad_wr); }
+// Posting and polling tell the scheduler whether the calling thread works or
+// waits (Scheduler::note_busy, idle_poll): under virtual time an empty poll is
+// where engine work runs and the clock moves on (docs/simulation.md); the real
+// scheduler ignores both.
+int op_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* q = Qp::from(qp);
+  q->device().scheduler().note_busy();
+  return q->post_send(wr, bad_wr);
+}
+int op_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* q = Qp::from(qp);
+  q->device().scheduler().note_busy();
+  return q->post_recv(wr, bad_wr);
+}
 int op_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  return Srq::from(srq)->post_recv(wr, bad_wr);
+  Srq* s = Srq::from(srq);
+  s->context().device().scheduler().note_busy();
+  return s->post_recv(wr, bad_wr);
 }
 int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   Cq* c = Cq::from(cq);
+  Device& dev = c->context().device();
   // Polling drives the protocol inline: whatever arrived for this device is
   // processed by the polling thread, with no wake-up of another thread.
-  c->context().device().progress(false);
-  return c->poll(n, wc);
+  dev.progress(false);
+  const int got = c->poll(n, wc);
+  if (got == 0 && n > 0)
+    dev.scheduler().idle_poll();
+  else if (got > 0)
+    dev.scheduler().note_busy();
+  return got;
 }
 int op_req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only); }
 
@@ -141,8 +161,14 @@ int op_query_rt_values(ibv_context* context, ibv_values_ex* values) {
 
 int cqx_start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
-  Cq::from(cq)->context().device().progress(false);
-  return Cq::from(cq)->start_poll();
+  Device& dev = Cq::from(cq)->context().device();
+  dev.progress(false);
+  const int ret = Cq::from(cq)->start_poll();
+  if (ret == ENOENT)
+    dev.scheduler().idle_poll();
+  else
+    dev.scheduler().note_busy();
+  return ret;
 }
 int cqx_next_poll(ibv_cq_ex* cq) { return Cq::from(cq)->next_poll(); }
 void cqx_end_poll(ibv_cq_ex* cq) { Cq::from(cq)->end_poll(); }

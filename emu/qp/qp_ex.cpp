@@ -173,6 +173,7 @@ int wr_complete(ibv_qp_ex* qpx) {
   WrBatch* b = building(qpx);
   if (!b) return EINVAL;
   int rc = b->error();
+  qp->device().scheduler().note_busy();  // posting is work (docs/simulation.md)
   if (!rc) rc = qp->post_batch(b->wrs());
   b->finish();
   return rc;
