@@ -32,7 +32,7 @@ bool start() noexcept;
 
 // Whether tracing is on (reads SOFTVERBS_TRACE at the first call).
 inline bool on() noexcept {
-  const int s = detail::g_state.load(std::memory_order_relaxed);
+  const int s = detail::g_state.load(std::memory_order_acquire);  // a plain load on x86
   if (s == 1) [[likely]]
     return false;
   return s == 2 || detail::start();
