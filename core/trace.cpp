@@ -8,6 +8,9 @@
 // to its last flush).
 #include "core/trace.hpp"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -202,6 +205,36 @@ thread_local Pending t_pending;
 
 void flush_at_exit() { flush(); }
 
+// A child of fork() that does not exec shares the parent's file (and its
+// offset) and holds a copy of its buffer: it records nothing, so that the
+// parent's trace stays whole. (One that execs reads SOFTVERBS_TRACE afresh:
+// "%p" in the name gives it a file of its own.)
+void stop_in_child() { detail::g_state.store(1, std::memory_order_relaxed); }
+
+// Opens the trace file for this process alone: a file that another live
+// process is writing (a program this one started with the same environment,
+// or the other way round) is left to it, and this process writes PATH.PID.
+// The lock goes with the writer's open file, so it ends with the process.
+std::FILE* open_exclusive(std::string* path) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt) *path += "." + std::to_string(::getpid());
+    const int fd = ::open(path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return nullptr;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      continue;
+    }
+    if (::ftruncate(fd, 0) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    if (std::FILE* f = ::fdopen(fd, "w")) return f;
+    ::close(fd);
+    return nullptr;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 bool detail::start() noexcept {
@@ -215,7 +248,11 @@ bool detail::start() noexcept {
     std::string path(value);
     // As SOFTVERBS_PCAP: two processes with the same environment write two files.
     for (size_t at; (at = path.find("%p")) != std::string::npos;) path.replace(at, 2, std::to_string(::getpid()));
-    std::FILE* f = std::fopen(path.c_str(), "we");
+    const std::string asked = path;
+    std::FILE* f = open_exclusive(&path);
+    if (f && path != asked)
+      SV_LOG(kWarn, "SOFTVERBS_TRACE: %s is written by another process; this one writes %s", asked.c_str(),
+             path.c_str());
     if (!f) {
       SV_LOG(kError, "SOFTVERBS_TRACE: cannot write %s: %s", path.c_str(), std::strerror(errno));
       g_state.store(1, std::memory_order_relaxed);
@@ -223,6 +260,7 @@ bool detail::start() noexcept {
     }
     g_recorder = new Recorder(f);
     std::atexit(flush_at_exit);
+    pthread_atfork(nullptr, nullptr, stop_in_child);
     g_state.store(2, std::memory_order_release);
   });
   return g_state.load(std::memory_order_acquire) == 2;
@@ -265,7 +303,8 @@ void wr_started(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t
 }
 
 void completion(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t id, uint64_t wr_id,
-                std::string_view status, std::string_view opcode, uint32_t byte_len, bool signaled) noexcept {
+                std::string_view status, std::string_view opcode, uint32_t byte_len, bool signaled,
+                std::string_view fault) noexcept {
   Recorder& r = *g_recorder;
   std::lock_guard lock(r.mu);
   const uint32_t pid = r.pid_of(clock, dev);
@@ -278,6 +317,7 @@ void completion(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t
   r.arg("status", status);
   r.arg("opcode", opcode);
   r.arg("byte_len", byte_len);
+  if (fault != "none") r.arg("fault", fault);
   r.end(true);
   if (id) {
     r.linked(clock, "wr", "f", pid, tid, id);

@@ -52,9 +52,11 @@ void wr_started(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t
 // WR `id` completed (or was flushed) with a work completion; id 0 for a
 // completion with no traced post (posted before tracing started). An
 // unsignaled send that succeeded has no completion: it is recorded as
-// "retired" (signaled false), which ends its flow all the same.
+// "retired" (signaled false), which ends its flow all the same. fault: what a
+// completion rule of the fault layer did to it ("drop", "delay", "status").
 void completion(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t id, uint64_t wr_id,
-                std::string_view status, std::string_view opcode, uint32_t byte_len, bool signaled = true) noexcept;
+                std::string_view status, std::string_view opcode, uint32_t byte_len, bool signaled = true,
+                std::string_view fault = "none") noexcept;
 
 // ---- verbs -----------------------------------------------------------------
 

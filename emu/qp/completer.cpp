@@ -25,9 +25,14 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trac
   // After a forced error completion, until the QP is in the error state, the
   // completions that follow are flushed, as they would be behind a real one.
   if (error_pending_ && wc.status == IBV_WC_SUCCESS) wc.status = IBV_WC_WR_FLUSH_ERR;
-  if (trace::on())
-    trace::completion(device().clock(), device().name(), qpn(), trace_id, wc.wr_id, faults::wc_status_name(wc.status),
-                      trace::wc_opcode_name(wc.opcode), wc.byte_len);
+  // The trace records the completion as the application gets it, and what a
+  // completion rule did to it.
+  auto traced = [&](std::string_view fault) {
+    if (trace::on())
+      trace::completion(device().clock(), device().name(), qpn(), trace_id, wc.wr_id, faults::wc_status_name(wc.status),
+                        trace::wc_opcode_name(wc.opcode), wc.byte_len, true, fault);
+  };
+  std::string_view fault = "none";
   faults::VerbFilter& engine = device().verb_filter();
   if (engine.verbs_active()) {
     faults::FaultDecision d = engine.decide(faults::VerbFacts{faults::VerbPoint::completion, device().name(),
@@ -36,15 +41,18 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trac
       switch (d.action) {
         case faults::FaultAction::drop:
           device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          traced("drop");
           return;
         case faults::FaultAction::delay:
           device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          traced("delay");
           cq->push_later(wc, solicited, d.delay_us);
           return;
         case faults::FaultAction::status:
           device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
           if (wc.status == IBV_WC_SUCCESS && d.wc_status != IBV_WC_SUCCESS) request_error_locked(false);
           wc.status = static_cast<ibv_wc_status>(d.wc_status);
+          fault = "status";
           break;
         default:
           apply_fault_later(device(), d);
@@ -52,6 +60,7 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trac
       }
     }
   }
+  traced(fault);
   if (!cq->push(wc, solicited)) {
     // The CQ overran and is in error now (IBV_EVENT_CQ_ERR, raised by the CQ):
     // this completion is lost, so the QP cannot go on either. As on ConnectX, a
