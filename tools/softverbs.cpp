@@ -225,19 +225,27 @@ struct TraceOptions {
 // `softverbs trace`: the summary of a SOFTVERBS_TRACE file, its matching
 // records, or a filtered copy (docs/simulation.md, "The trace").
 int trace(const TraceOptions& o) {
-  std::vector<softverbs::tools::TraceRecord> records;
+  namespace t = softverbs::tools;
   std::string error;
-  if (!softverbs::tools::read_trace(o.file, &records, &error)) return fail(error, 1);
   if (!o.output.empty()) {
     std::ofstream out(o.output, std::ios::binary | std::ios::trunc);
     if (!out) return fail("cannot write " + o.output + ": " + std::strerror(errno), 1);
-    softverbs::tools::write_trace(records, o.filter, out);
+    bool first = true;
+    t::write_trace_begin(out);
+    if (!t::read_trace(o.file, [&](const t::TraceRecord& r) { t::write_trace_add(r, o.filter, &first, out); }, &error))
+      return fail(error, 1);
+    t::write_trace_end(out);
     return out.good() ? 0 : fail("cannot write " + o.output, 1);
   }
-  if (o.records)
-    softverbs::tools::print_records(records, o.filter, std::cout);
-  else
-    softverbs::tools::print_summary(records, o.filter, std::cout);
+  if (o.records) {
+    // Printed as read; an error later in the file still ends with status 1.
+    if (!t::read_trace(o.file, [&](const t::TraceRecord& r) { t::print_record(r, o.filter, std::cout); }, &error))
+      return fail(error, 1);
+    return 0;
+  }
+  t::TraceSummary summary(o.filter);
+  if (!t::read_trace(o.file, [&](const t::TraceRecord& r) { summary.add(r); }, &error)) return fail(error, 1);
+  summary.print(std::cout);
   return 0;
 }
 

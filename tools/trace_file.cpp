@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -53,10 +54,65 @@ class Parser {
     return ok;
   }
 
-  // Where each record of the top-level "traceEvents" array starts and ends.
-  std::vector<std::pair<size_t, size_t>> record_spans;
+  // The document's object, with the elements of its "traceEvents" array
+  // handed to `each` one at a time (with where each starts and ends) instead
+  // of being kept: a trace may hold millions. False if it is not JSON;
+  // *found says whether the array was there.
+  bool stream_events(const std::function<void(const JsonValue&, size_t, size_t)>& each, bool* found) {
+    *found = false;
+    ws();
+    if (at_ >= s_.size() || s_[at_] != '{') return fail("'{'");
+    ++at_;
+    ws();
+    if (at_ < s_.size() && s_[at_] == '}') return ++at_, end_of_input();
+    for (;;) {
+      ws();
+      std::string key;
+      if (at_ >= s_.size() || s_[at_] != '"' || !string(&key)) return fail("a member name");
+      ws();
+      if (at_ >= s_.size() || s_[at_++] != ':') return fail("':'");
+      ws();
+      if (key == "traceEvents" && at_ < s_.size() && s_[at_] == '[') {
+        *found = true;
+        if (!events(each)) return false;
+      } else {
+        JsonValue ignored;
+        if (!value(&ignored, 1)) return false;
+      }
+      ws();
+      if (at_ < s_.size() && s_[at_] == ',') {
+        ++at_;
+        continue;
+      }
+      if (at_ < s_.size() && s_[at_] == '}') return ++at_, end_of_input();
+      return fail("',' or '}'");
+    }
+  }
 
  private:
+  bool end_of_input() {
+    ws();
+    return at_ == s_.size() || fail("end of input");
+  }
+  bool events(const std::function<void(const JsonValue&, size_t, size_t)>& each) {
+    ++at_;
+    ws();
+    if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
+    for (;;) {
+      JsonValue v;
+      size_t b = 0, e = 0;
+      if (!value(&v, 2, &b, &e)) return false;
+      each(v, b, e);
+      ws();
+      if (at_ < s_.size() && s_[at_] == ',') {
+        ++at_;
+        continue;
+      }
+      if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
+      return fail("',' or ']'");
+    }
+  }
+
   bool fail(const char* expected) {
     if (error_->empty()) *error_ = "offset " + std::to_string(at_) + ": expected " + expected;
     return false;
@@ -79,7 +135,6 @@ class Parser {
       ws();
       std::string key;
       if (at_ >= s_.size() || s_[at_] != '"' || !string(&key)) return fail("a member name");
-      if (depth == 0) in_events_ = key == "traceEvents";
       ws();
       if (at_ >= s_.size() || s_[at_++] != ':') return fail("':'");
       out->members.emplace_back(std::move(key), JsonValue{});
@@ -100,9 +155,7 @@ class Parser {
     if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
     for (;;) {
       out->items.emplace_back();
-      size_t b = 0, e = 0;
-      if (!value(&out->items.back(), depth + 1, &b, &e)) return false;
-      if (depth == 1 && in_events_) record_spans.emplace_back(b, e);
+      if (!value(&out->items.back(), depth + 1)) return false;
       ws();
       if (at_ < s_.size() && s_[at_] == ',') {
         ++at_;
@@ -160,7 +213,6 @@ class Parser {
   const std::string& s_;
   std::string* error_;
   size_t at_ = 0;
-  bool in_events_ = false;  // parsing the value of the document's "traceEvents"
 };
 
 }  // namespace
@@ -178,17 +230,25 @@ bool parse_json(const std::string& text, JsonValue* out, std::string* error) {
 }
 
 std::string TraceRecord::arg(const std::string& key) const {
-  auto it = args.find(key);
-  return it == args.end() ? std::string() : it->second.text;
+  for (const auto& [k, v] : args)
+    if (k == key) return v.text;
+  return std::string();
 }
 
 std::optional<uint64_t> TraceRecord::num(const std::string& key) const {
-  auto it = args.find(key);
-  if (it == args.end() || it->second.kind != JsonValue::Kind::number) return std::nullopt;
-  return static_cast<uint64_t>(it->second.number);
+  for (const auto& [k, v] : args)
+    if (k == key) return v.kind == JsonValue::Kind::number ? std::optional<uint64_t>(static_cast<uint64_t>(v.number))
+                                                          : std::nullopt;
+  return std::nullopt;
 }
 
-bool read_trace(const std::string& path, std::vector<TraceRecord>* out, std::string* error) {
+bool has_arg(const TraceRecord& r, const std::string& key) {
+  for (const auto& a : r.args)
+    if (a.first == key) return true;
+  return false;
+}
+
+bool read_trace(const std::string& path, const std::function<void(const TraceRecord&)>& each, std::string* error) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     *error = "cannot read " + path + ": " + std::strerror(errno);
@@ -197,56 +257,48 @@ bool read_trace(const std::string& path, std::vector<TraceRecord>* out, std::str
   std::ostringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  JsonValue doc;
   error->clear();
   Parser parser(text, error);
-  if (!parser.document(&doc)) {
+  // Tracks: pid -> device, from the process_name records, which come before
+  // the device's first record (core/trace.cpp); a tid is a QPN below 2^24.
+  std::map<uint64_t, std::string> devices;
+  bool bad_record = false;
+  TraceRecord r;
+  auto convert = [&](const JsonValue& e, size_t begin, size_t end) {
+    if (bad_record) return;
+    if (e.kind != JsonValue::Kind::object) {
+      bad_record = true;
+      return;
+    }
+    r = TraceRecord{};
+    for (const auto& [k, v] : e.members) {
+      if (k == "name") r.name = v.text;
+      else if (k == "cat") r.cat = v.text;
+      else if (k == "ph") r.ph = v.text;
+      else if (k == "ts") r.ts = v.number;
+      else if (k == "pid") r.pid = static_cast<uint64_t>(v.number);
+      else if (k == "tid") r.tid = static_cast<uint64_t>(v.number);
+      else if (k == "args" && v.kind == JsonValue::Kind::object) r.args = v.members;
+    }
+    r.raw = std::string_view(text).substr(begin, end - begin);
+    if (r.ph == "M" && r.name == "process_name") devices[r.pid] = r.arg("name");
+    r.dev = has_arg(r, "dev") ? r.arg("dev") : devices[r.pid];
+    r.qpn = r.num("qpn");
+    if (!r.qpn && r.ph != "M" && r.tid > 0 && r.tid < (1u << 24)) r.qpn = r.tid;
+    each(r);
+  };
+  bool found = false;
+  if (!parser.stream_events(convert, &found)) {
     *error = path + ": not JSON: " + *error;
     return false;
   }
-  const JsonValue* events = doc.kind == JsonValue::Kind::object ? doc.get("traceEvents") : nullptr;
-  if (!events || events->kind != JsonValue::Kind::array) {
+  if (!found) {
     *error = path + ": not a trace (no \"traceEvents\" array)";
     return false;
   }
-  out->clear();
-  for (size_t i = 0; i < events->items.size(); ++i) {
-    const JsonValue& e = events->items[i];
-    if (e.kind != JsonValue::Kind::object) {
-      *error = path + ": a trace record is not an object";
-      return false;
-    }
-    TraceRecord r;
-    auto text_of = [&](const char* key) {
-      const JsonValue* v = e.get(key);
-      return v ? v->text : std::string();
-    };
-    auto num_of = [&](const char* key) {
-      const JsonValue* v = e.get(key);
-      return v && v->kind == JsonValue::Kind::number ? v->number : 0.0;
-    };
-    r.name = text_of("name");
-    r.cat = text_of("cat");
-    r.ph = text_of("ph");
-    r.ts = num_of("ts");
-    r.pid = static_cast<uint64_t>(num_of("pid"));
-    r.tid = static_cast<uint64_t>(num_of("tid"));
-    if (const JsonValue* a = e.get("args"); a && a->kind == JsonValue::Kind::object)
-      for (const auto& [k, v] : a->members) r.args[k] = v;
-    if (parser.record_spans.size() == events->items.size()) {
-      const auto [b, end] = parser.record_spans[i];
-      r.raw = text.substr(b, end - b);  // as written, for a filtered trace
-    }
-    out->push_back(std::move(r));
-  }
-  // Tracks: pid -> device (process_name); tid is a QPN below 2^24 (core/trace.cpp).
-  std::map<uint64_t, std::string> devices;
-  for (const TraceRecord& r : *out)
-    if (r.ph == "M" && r.name == "process_name") devices[r.pid] = r.arg("name");
-  for (TraceRecord& r : *out) {
-    r.dev = r.args.count("dev") ? r.arg("dev") : devices[r.pid];
-    r.qpn = r.num("qpn");
-    if (!r.qpn && r.ph != "M" && r.tid > 0 && r.tid < (1u << 24)) r.qpn = r.tid;
+  if (bad_record) {
+    *error = path + ": a trace record is not an object";
+    return false;
   }
   return true;
 }

@@ -4,10 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace softverbs::tools {
@@ -33,8 +37,8 @@ struct TraceRecord {
   std::string name, cat, ph;
   double ts = 0;  // microseconds since the trace's first record
   uint64_t pid = 0, tid = 0;
-  std::map<std::string, JsonValue> args;
-  std::string raw;  // the record as JSON, for a filtered trace
+  std::vector<std::pair<std::string, JsonValue>> args;
+  std::string_view raw;  // the record as written, for a filtered trace (valid during the callback)
   // Resolved by read_trace: the device (args.dev, else the name of the pid's
   // track) and the QP (args.qpn, else the track's QPN; none on a device track).
   std::string dev;
@@ -45,9 +49,10 @@ struct TraceRecord {
   std::optional<uint64_t> num(const std::string& key) const;
 };
 
-// The records of a trace file; false with *error if it cannot be read or is not
-// a trace (no "traceEvents" array of objects).
-bool read_trace(const std::string& path, std::vector<TraceRecord>* out, std::string* error);
+// Calls `each` with every record of a trace file, in order, one at a time (a
+// trace may hold millions); false with *error if it cannot be read or is not a
+// trace (no "traceEvents" array of objects), possibly after some records.
+bool read_trace(const std::string& path, const std::function<void(const TraceRecord&)>& each, std::string* error);
 
 struct TraceFilter {
   std::optional<uint64_t> qp;
@@ -58,11 +63,28 @@ struct TraceFilter {
   bool matches(const TraceRecord& r) const;
 };
 
-// The summary per QP (and per device for what belongs to no QP).
-void print_summary(const std::vector<TraceRecord>& records, const TraceFilter& filter, std::ostream& out);
-// The matching records, one line each.
-void print_records(const std::vector<TraceRecord>& records, const TraceFilter& filter, std::ostream& out);
-// The matching records (and every track name) as a trace file.
-void write_trace(const std::vector<TraceRecord>& records, const TraceFilter& filter, std::ostream& out);
+// The summary per QP (and per device for what belongs to no QP): add() every
+// record, then print().
+class TraceSummary {
+ public:
+  explicit TraceSummary(TraceFilter filter);
+  ~TraceSummary();
+  void add(const TraceRecord& r);
+  void print(std::ostream& out);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// A matching record as one line (nothing for the others, and for track names,
+// flows and lifetimes, which say nothing on their own).
+void print_record(const TraceRecord& r, const TraceFilter& filter, std::ostream& out);
+
+// A trace file of the matching records and every track name: begin(), add()
+// each record, end().
+void write_trace_begin(std::ostream& out);
+void write_trace_add(const TraceRecord& r, const TraceFilter& filter, bool* first, std::ostream& out);
+void write_trace_end(std::ostream& out);
 
 }  // namespace softverbs::tools

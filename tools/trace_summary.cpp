@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -88,88 +89,104 @@ void print_group(const std::string& title, Group& g, std::ostream& out) {
 
 }  // namespace
 
-void print_summary(const std::vector<TraceRecord>& records, const TraceFilter& filter, std::ostream& out) {
+struct TraceSummary::State {
+  TraceFilter filter;
   // Groups in order: devices as they first appear, then the device's own track, QPs by number.
   std::vector<std::string> devices;
-  std::map<std::tuple<size_t, uint64_t, std::string>, Group> groups;  // (device index, qpn, "QP"/"SRQ")
-  std::map<uint64_t, double> posted_at;                                // WR id -> post time
+  std::map<std::tuple<size_t, uint64_t, std::string>, Group> groups;  // (device index, number, "QP"/"SRQ"/"")
+  std::map<uint64_t, double> posted_at;                                // WR id -> post time, until it completes
   size_t matched = 0;
   double first = 0, last = 0;
-  for (const TraceRecord& r : records) {
-    if (r.ph == "M" || !filter.matches(r)) continue;
-    if (!matched++) first = r.ts;
-    last = std::max(last, r.ts);
-    auto dev = std::find(devices.begin(), devices.end(), r.dev);
-    if (dev == devices.end()) dev = devices.insert(devices.end(), r.dev);
-    const size_t di = static_cast<size_t>(dev - devices.begin());
-    const bool srq = r.args.count("srqn") > 0;
-    const uint64_t num = srq ? *r.num("srqn") : r.qpn.value_or(0);
-    Group& g = groups[{di, num, srq ? "SRQ" : r.qpn ? "QP" : ""}];
-    const std::string opcode = r.arg("opcode");
-    if (r.cat == "wr" && r.name.rfind("post_", 0) == 0) {
-      ++g.posted[opcode];
-      if (auto id = r.num("wr")) posted_at[*id] = r.ts;
-    } else if (r.cat == "wr" && (r.name == "completion" || r.name == "retired")) {
-      if (r.name == "retired")
-        ++g.retired;
-      else
-        ++g.completions[r.arg("status")];
-      auto id = r.num("wr");
-      if (r.name == "completion" && id && posted_at.count(*id)) g.latencies.push_back(r.ts - posted_at[*id]);
-    } else if (r.cat == "packet") {
-      const std::string fault = r.arg("fault");
-      if (!fault.empty() && fault != "none") ++g.faults[fault];
-      if (r.arg("dir") == "rx") {
-        ++g.received;
-      } else {
-        ++g.sent;
-        const uint64_t psn = r.num("psn").value_or(0);
-        // A request PSN sent again is a retransmission; a duplicate is the fault layer's copy.
-        if (is_request(opcode) && fault != "duplicate" && !g.sent_psns.insert(psn).second) ++g.retransmitted;
-      }
-    } else if (r.cat == "timer") {
-      ++g.timers[r.name];
-    } else if (r.cat == "event") {
-      ++g.events[r.name];
-    } else if (r.cat == "verb") {
-      ++g.verbs[r.name];
+};
+
+TraceSummary::TraceSummary(TraceFilter filter) : s_(std::make_unique<State>()) { s_->filter = std::move(filter); }
+TraceSummary::~TraceSummary() = default;
+
+void TraceSummary::add(const TraceRecord& r) {
+  State& s = *s_;
+  if (r.ph == "M" || !s.filter.matches(r)) return;
+  if (!s.matched++) s.first = r.ts;
+  s.last = std::max(s.last, r.ts);
+  auto dev = std::find(s.devices.begin(), s.devices.end(), r.dev);
+  if (dev == s.devices.end()) dev = s.devices.insert(s.devices.end(), r.dev);
+  const size_t di = static_cast<size_t>(dev - s.devices.begin());
+  const std::optional<uint64_t> srqn = r.num("srqn");
+  Group& g = s.groups[{di, srqn ? *srqn : r.qpn.value_or(0), srqn ? "SRQ" : r.qpn ? "QP" : ""}];
+  const std::string opcode = r.arg("opcode");
+  if (r.cat == "wr" && r.name.rfind("post_", 0) == 0) {
+    ++g.posted[opcode];
+    if (auto id = r.num("wr")) s.posted_at[*id] = r.ts;
+  } else if (r.cat == "wr" && (r.name == "completion" || r.name == "retired")) {
+    if (r.name == "retired")
+      ++g.retired;
+    else
+      ++g.completions[r.arg("status")];
+    auto id = r.num("wr");
+    auto posted = id ? s.posted_at.find(*id) : s.posted_at.end();
+    if (posted != s.posted_at.end()) {
+      if (r.name == "completion") g.latencies.push_back(r.ts - posted->second);
+      s.posted_at.erase(posted);
     }
+  } else if (r.cat == "packet") {
+    const std::string fault = r.arg("fault");
+    if (!fault.empty() && fault != "none") ++g.faults[fault];
+    if (r.arg("dir") == "rx") {
+      ++g.received;
+    } else {
+      ++g.sent;
+      const uint64_t psn = r.num("psn").value_or(0);
+      // A request PSN a QP sends again is a retransmission; a duplicate is the
+      // fault layer's copy. (Packets of no known QP, on a device's track, mix QPs.)
+      if (r.qpn && is_request(opcode) && fault != "duplicate" && !g.sent_psns.insert(psn).second) ++g.retransmitted;
+    }
+  } else if (r.cat == "timer") {
+    ++g.timers[r.name];
+  } else if (r.cat == "event") {
+    ++g.events[r.name];
+  } else if (r.cat == "verb") {
+    ++g.verbs[r.name];
   }
-  out << matched << " records";
-  if (matched) out << ", " << devices.size() << " device" << (devices.size() == 1 ? "" : "s") << ", " << us(first)
-                   << " to " << us(last) << " us";
+}
+
+void TraceSummary::print(std::ostream& out) {
+  State& s = *s_;
+  out << s.matched << " records";
+  if (s.matched)
+    out << ", " << s.devices.size() << " device" << (s.devices.size() == 1 ? "" : "s") << ", " << us(s.first)
+        << " to " << us(s.last) << " us";
   out << "\n";
-  for (auto& [key, g] : groups) {
+  for (auto& [key, g] : s.groups) {
     const auto& [di, num, what] = key;
-    print_group(devices[di] + (what.empty() ? "" : " " + what + " " + std::to_string(num)), g, out);
+    print_group(s.devices[di] + (what.empty() ? "" : " " + what + " " + std::to_string(num)), g, out);
   }
 }
 
-void print_records(const std::vector<TraceRecord>& records, const TraceFilter& filter, std::ostream& out) {
-  for (const TraceRecord& r : records) {
-    // Track names, flows and lifetimes carry nothing to read on their own.
-    if (r.ph == "M" || r.args.empty() || !filter.matches(r)) continue;
-    char ts[32];
-    std::snprintf(ts, sizeof ts, "%12.3f", r.ts);
-    out << ts << "  " << r.dev << "  " << (r.qpn ? "QP " + std::to_string(*r.qpn) : std::string("-")) << "  "
-        << r.cat << "  " << r.name;
-    for (const auto& [k, v] : r.args) {
-      if (k == "dev" || k == "qpn") continue;
-      out << " " << k << "=" << v.text;
-    }
-    out << "\n";
-  }
+void print_record(const TraceRecord& r, const TraceFilter& filter, std::ostream& out) {
+  // Track names, flows and lifetimes carry nothing to read on their own.
+  if (r.ph == "M" || r.args.empty() || !filter.matches(r)) return;
+  char ts[32];
+  std::snprintf(ts, sizeof ts, "%12.3f", r.ts);
+  out << ts << "  " << r.dev << "  " << (r.qpn ? "QP " + std::to_string(*r.qpn) : std::string("-")) << "  " << r.cat
+      << "  " << r.name;
+  // Arguments by name, so that a line reads the same whatever the writer's order.
+  std::vector<std::pair<std::string, std::string>> args;
+  for (const auto& [k, v] : r.args)
+    if (k != "dev" && k != "qpn") args.emplace_back(k, v.text);
+  std::sort(args.begin(), args.end());
+  for (const auto& [k, v] : args) out << " " << k << "=" << v;
+  out << "\n";
 }
 
-void write_trace(const std::vector<TraceRecord>& records, const TraceFilter& filter, std::ostream& out) {
+void write_trace_begin(std::ostream& out) {
   out << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"softverbs\",\"format\":1},\"traceEvents\":[\n";
-  bool any = false;
-  for (const TraceRecord& r : records) {
-    if (r.ph != "M" && !filter.matches(r)) continue;  // track names are kept: the tracks stay named
-    out << (any ? ",\n" : "") << r.raw;
-    any = true;
-  }
-  out << "\n]}\n";
 }
+
+void write_trace_add(const TraceRecord& r, const TraceFilter& filter, bool* first, std::ostream& out) {
+  if (r.ph != "M" && !filter.matches(r)) return;  // track names are kept: the tracks stay named
+  out << (*first ? "" : ",\n") << r.raw;
+  *first = false;
+}
+
+void write_trace_end(std::ostream& out) { out << "\n]}\n"; }
 
 }  // namespace softverbs::tools
