@@ -58,15 +58,19 @@ class Recorder {
 
   std::mutex mu;
 
-  // Starts a record: name, category, phase, the clock's time, the track.
-  void begin(const Clock& clock, std::string_view name, const char* cat, const char* ph, uint32_t pid, uint32_t tid) {
-    const auto now = clock.now();
-    if (!has_origin_) {
-      origin_ = now;
-      has_origin_ = true;
+  // Starts a record: name, category, phase, the clock's time (or, same_time,
+  // the previous record's), the track.
+  void begin(const Clock& clock, std::string_view name, const char* cat, const char* ph, uint32_t pid, uint32_t tid,
+             bool same_time = false) {
+    if (!same_time) {
+      const auto now = clock.now();
+      if (!has_origin_) {
+        origin_ = now;
+        has_origin_ = true;
+      }
+      last_ns_ = std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - origin_).count());
     }
-    const int64_t ns =
-        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - origin_).count());
+    const int64_t ns = last_ns_;
     if (records_++) buf_ += ",\n";
     buf_ += "{\"name\":";
     str(name);
@@ -111,9 +115,10 @@ class Recorder {
     buf_ += with_args ? "}}" : "}";
     if (buf_.size() >= kFlushAt) write();
   }
-  // A flow or async record with an id, and no arguments.
+  // A flow or async record with an id, and no arguments, at the time of the
+  // record before it: a flow binds to the slice (the instant) that encloses it.
   void linked(const Clock& clock, const char* cat, const char* ph, uint32_t pid, uint32_t tid, uint64_t id) {
-    begin(clock, "wr", cat, ph, pid, tid);
+    begin(clock, "wr", cat, ph, pid, tid, true);
     num(",\"id\":", id);
     if (ph[0] == 'f') buf_ += ",\"bp\":\"e\"";
     end(false);
@@ -195,6 +200,7 @@ class Recorder {
   uint64_t records_ = 0;
   uint64_t wr_ids_ = 0;
   bool has_origin_ = false;
+  int64_t last_ns_ = 0;  // the last record's time
   Clock::time_point origin_{};
   std::vector<std::string> devices_;
   std::set<std::pair<uint32_t, uint32_t>> tracks_;

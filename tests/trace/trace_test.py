@@ -7,9 +7,12 @@ layer drops once) with SOFTVERBS_TRACE and SOFTVERBS_PCAP set, then checks one p
            RDMA WRITE's id links its post, its packets (by PSN range), the lost
            packet, the ACK timeout, the retransmission, the ACK and its completion;
   summary  `softverbs trace FILE` counts what the exchange did, per QP;
-  filter   `softverbs trace` --qp/--device/--kind/--from/--to, --records and -o.
+  filter   `softverbs trace` --qp/--device/--kind/--from/--to, --records and -o;
+  shared   a trace file another process holds is left to it: the exchange writes FILE.PID.
 """
 import argparse
+import fcntl
+import glob
 import json
 import os
 import re
@@ -26,8 +29,8 @@ def check(cond, what):
         print("FAIL: " + what)
 
 
-def record(directory, exchange):
-    trace = os.path.join(directory, "trace.json")
+def record(directory, exchange, name="trace.json"):
+    trace = os.path.join(directory, name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SOFTVERBS_")}
     env.update(SOFTVERBS_DEVICES="ta,tb", SOFTVERBS_TRACE=trace,
                SOFTVERBS_PCAP=os.path.join(directory, "capture.pcap"))
@@ -128,8 +131,12 @@ def links(events):
     check(len(done) == 1 and done[0]["args"]["status"] == "IBV_WC_SUCCESS", "the WRITE completed once, successfully")
     if acks and done and fired:
         check(post["ts"] <= fired[0]["ts"] <= acks[0]["ts"] <= done[0]["ts"], "post, timeout, ACK, completion in order")
-    flows = {e["ph"] for e in events if e["ph"] in ("s", "f", "b", "e") and e["id"] == wr}
-    check(flows == {"s", "f", "b", "e"}, "the WR's flow and lifetime records: %s" % sorted(flows))
+    flows = {e["ph"]: e for e in events if e["ph"] in ("s", "f", "b", "e") and e["id"] == wr}
+    check(set(flows) == {"s", "f", "b", "e"}, "the WR's flow and lifetime records: %s" % sorted(flows))
+    # A flow binds to the slice that encloses it: the post's and the completion's instants.
+    check("s" in flows and flows["s"]["ts"] == post["ts"] and flows["s"]["tid"] == post["tid"],
+          "the flow starts at the post")
+    check("f" in flows and done and flows["f"]["ts"] == done[0]["ts"], "the flow ends at the completion")
     # The receive the SEND consumed is linked too.
     recv = [e for e in instants if e["name"] == "post_recv"]
     check(len(recv) == 1, "one receive posted")
@@ -203,13 +210,34 @@ def filters(tool, trace, events, directory):
     check(bad.returncode == 2, "an unknown kind is a usage error")
 
 
+def shared(directory, exchange):
+    held = os.path.join(directory, "held.json")
+    with open(held, "w") as f:
+        f.write("another process's trace")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_EX)  # as a live writer holds it
+        record(directory, exchange, "held.json")
+    with open(held) as f:
+        check(f.read() == "another process's trace", "the held file is left as it was")
+    others = glob.glob(held + ".*")
+    check(len(others) == 1, "the exchange wrote a file of its own: %s" % others)
+    if others:
+        check(len(load(others[0])) > 20, "its trace is complete")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("part", choices=("schema", "summary", "filter"))
+    ap.add_argument("part", choices=("schema", "summary", "filter", "shared"))
     ap.add_argument("--exchange", required=True)
     ap.add_argument("--softverbs", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
+        if a.part == "shared":
+            shared(d, a.exchange)
+            if FAILURES:
+                sys.exit("%d check(s) failed" % len(FAILURES))
+            print("ok")
+            return
         trace = record(d, a.exchange)
         events = load(trace)
         if a.part == "schema":
