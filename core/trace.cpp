@@ -58,17 +58,18 @@ class Recorder {
 
   std::mutex mu;
 
-  // Starts a record: name, category, phase, the clock's time (or, same_time,
-  // the previous record's), the track.
-  void begin(const Clock& clock, std::string_view name, const char* cat, const char* ph, uint32_t pid, uint32_t tid,
-             bool same_time = false) {
+  // Starts a record: name, category, phase, the time (or, same_time, the
+  // previous record's), the track.
+  void begin(Clock::time_point now, std::string_view name, const char* cat, const char* ph, uint32_t pid,
+             uint32_t tid, bool same_time = false) {
     if (!same_time) {
-      const auto now = clock.now();
       if (!has_origin_) {
         origin_ = now;
         has_origin_ = true;
       }
-      last_ns_ = std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(now - origin_).count());
+      // Never before the previous record: the file's order is the order of
+      // the mutex, and a clock read just before taking it may lag another's.
+      last_ns_ = std::max(last_ns_, std::chrono::duration_cast<std::chrono::nanoseconds>(now - origin_).count());
     }
     const int64_t ns = last_ns_;
     if (records_++) buf_ += ",\n";
@@ -117,8 +118,8 @@ class Recorder {
   }
   // A flow or async record with an id, and no arguments, at the time of the
   // record before it: a flow binds to the slice (the instant) that encloses it.
-  void linked(const Clock& clock, const char* cat, const char* ph, uint32_t pid, uint32_t tid, uint64_t id) {
-    begin(clock, "wr", cat, ph, pid, tid, true);
+  void linked(Clock::time_point now, const char* cat, const char* ph, uint32_t pid, uint32_t tid, uint64_t id) {
+    begin(now, "wr", cat, ph, pid, tid, true);
     num(",\"id\":", id);
     if (ph[0] == 'f') buf_ += ",\"bp\":\"e\"";
     end(false);
@@ -126,25 +127,25 @@ class Recorder {
 
   // The device's process track (1, 2, ... in order of first appearance),
   // named by a metadata record the first time.
-  uint32_t pid_of(const Clock& clock, std::string_view dev) {
+  uint32_t pid_of(Clock::time_point now, std::string_view dev) {
     for (size_t i = 0; i < devices_.size(); ++i)
       if (devices_[i] == dev) return static_cast<uint32_t>(i + 1);
     devices_.emplace_back(dev);
     const auto pid = static_cast<uint32_t>(devices_.size());
-    meta(clock, "process_name", pid, 0, dev);
-    meta(clock, "thread_name", pid, 0, "device");
+    meta(now, "process_name", pid, 0, dev);
+    meta(now, "thread_name", pid, 0, "device");
     tracks_.insert({pid, 0});
     return pid;
   }
   // Names the track tid of pid the first time it is used.
-  uint32_t track(const Clock& clock, uint32_t pid, uint32_t tid) {
+  uint32_t track(Clock::time_point now, uint32_t pid, uint32_t tid) {
     if (tracks_.insert({pid, tid}).second) {
       char name[32];
       if (tid >= kSrqTrack)
         std::snprintf(name, sizeof name, "SRQ %u", tid - kSrqTrack);
       else
         std::snprintf(name, sizeof name, "QP %u", tid);
-      meta(clock, "thread_name", pid, tid, name);
+      meta(now, "thread_name", pid, tid, name);
     }
     return tid;
   }
@@ -165,8 +166,8 @@ class Recorder {
   }
 
  private:
-  void meta(const Clock& clock, const char* name, uint32_t pid, uint32_t tid, std::string_view value) {
-    begin(clock, name, "__metadata", "M", pid, tid);
+  void meta(Clock::time_point now, const char* name, uint32_t pid, uint32_t tid, std::string_view value) {
+    begin(now, name, "__metadata", "M", pid, tid);
     buf_ += ",\"args\":{\"name\":";
     str(value);
     end(true);
@@ -275,12 +276,13 @@ bool detail::start() noexcept {
 uint64_t wr_posted(const Clock& clock, std::string_view dev, std::string_view verb, uint32_t qpn, uint64_t wr_id,
                    std::string_view opcode, uint64_t length) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
   const uint64_t id = r.next_wr();
-  const uint32_t pid = r.pid_of(clock, dev);
+  const uint32_t pid = r.pid_of(now, dev);
   const bool srq = verb == "post_srq_recv";
-  const uint32_t tid = r.track(clock, pid, srq ? kSrqTrack + qpn : qpn);
-  r.begin(clock, verb, "wr", "i", pid, tid);
+  const uint32_t tid = r.track(now, pid, srq ? kSrqTrack + qpn : qpn);
+  r.begin(now, verb, "wr", "i", pid, tid);
   r.args_begin(dev);
   r.arg(srq ? "srqn" : "qpn", qpn);
   r.arg("wr", id);
@@ -288,17 +290,18 @@ uint64_t wr_posted(const Clock& clock, std::string_view dev, std::string_view ve
   r.arg("opcode", opcode);
   r.arg("len", length);
   r.end(true);
-  r.linked(clock, "wr", "s", pid, tid, id);
-  r.linked(clock, "wr_life", "b", pid, tid, id);
+  r.linked(now, "wr", "s", pid, tid, id);
+  r.linked(now, "wr_life", "b", pid, tid, id);
   return id;
 }
 
 void wr_started(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t id, uint32_t first_psn,
                 uint32_t last_psn, uint32_t dqpn) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
-  r.begin(clock, "wr_start", "wr", "i", pid, r.track(clock, pid, qpn));
+  const uint32_t pid = r.pid_of(now, dev);
+  r.begin(now, "wr_start", "wr", "i", pid, r.track(now, pid, qpn));
   r.args_begin(dev);
   r.arg("qpn", qpn);
   r.arg("wr", id);
@@ -312,10 +315,11 @@ void completion(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t
                 std::string_view status, std::string_view opcode, uint32_t byte_len, bool signaled,
                 std::string_view fault) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
-  const uint32_t tid = r.track(clock, pid, qpn);
-  r.begin(clock, signaled ? "completion" : "retired", "wr", "i", pid, tid);
+  const uint32_t pid = r.pid_of(now, dev);
+  const uint32_t tid = r.track(now, pid, qpn);
+  r.begin(now, signaled ? "completion" : "retired", "wr", "i", pid, tid);
   r.args_begin(dev);
   r.arg("qpn", qpn);
   r.arg("wr", id);
@@ -326,19 +330,20 @@ void completion(const Clock& clock, std::string_view dev, uint32_t qpn, uint64_t
   if (fault != "none") r.arg("fault", fault);
   r.end(true);
   if (id) {
-    r.linked(clock, "wr", "f", pid, tid, id);
-    r.linked(clock, "wr_life", "e", pid, tid, id);
+    r.linked(now, "wr", "f", pid, tid, id);
+    r.linked(now, "wr_life", "e", pid, tid, id);
   }
 }
 
 void object(const Clock& clock, std::string_view dev, std::string_view verb, uint32_t num) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
+  const uint32_t pid = r.pid_of(now, dev);
   const bool qp = verb.ends_with("_qp");
   const bool srq = verb.ends_with("_srq");
-  const uint32_t tid = qp ? r.track(clock, pid, num) : srq ? r.track(clock, pid, kSrqTrack + num) : 0;
-  r.begin(clock, verb, "verb", "i", pid, tid);
+  const uint32_t tid = qp ? r.track(now, pid, num) : srq ? r.track(now, pid, kSrqTrack + num) : 0;
+  r.begin(now, verb, "verb", "i", pid, tid);
   r.args_begin(dev);
   r.arg(qp ? "qpn" : srq ? "srqn" : "num", num);
   r.end(true);
@@ -347,10 +352,11 @@ void object(const Clock& clock, std::string_view dev, std::string_view verb, uin
 void modify_qp(const Clock& clock, std::string_view dev, uint32_t qpn, std::string_view from, std::string_view to,
                uint32_t dqpn) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
+  const uint32_t pid = r.pid_of(now, dev);
   if (dqpn) r.peers[{pid, dqpn}] = qpn;
-  r.begin(clock, "modify_qp", "verb", "i", pid, r.track(clock, pid, qpn));
+  r.begin(now, "modify_qp", "verb", "i", pid, r.track(now, pid, qpn));
   r.args_begin(dev);
   r.arg("qpn", qpn);
   r.arg("from", from);
@@ -361,8 +367,9 @@ void modify_qp(const Clock& clock, std::string_view dev, uint32_t qpn, std::stri
 
 void packet(const Clock& clock, std::string_view dev, const Packet& p) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
+  const uint32_t pid = r.pid_of(now, dev);
   // Received: the packet names our QP. Sent: the peer's, which a connected QP maps back.
   uint32_t qpn = 0;
   if (p.dir == "rx") {
@@ -370,7 +377,7 @@ void packet(const Clock& clock, std::string_view dev, const Packet& p) noexcept 
   } else if (auto it = r.peers.find({pid, p.dqpn}); it != r.peers.end()) {
     qpn = it->second;
   }
-  r.begin(clock, p.opcode, "packet", "i", pid, qpn ? r.track(clock, pid, qpn) : 0);
+  r.begin(now, p.opcode, "packet", "i", pid, qpn ? r.track(now, pid, qpn) : 0);
   r.args_begin(dev);
   r.arg("dir", p.dir);
   if (qpn) r.arg("qpn", qpn);
@@ -389,12 +396,13 @@ Pending take_pending() noexcept { return std::exchange(t_pending, Pending{}); }
 void timer(const Clock& clock, std::string_view dev, uint32_t qpn, std::string_view which, std::string_view what,
            int64_t in_ns) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
+  const uint32_t pid = r.pid_of(now, dev);
   std::string name(which);
   name += ' ';
   name += what;
-  r.begin(clock, name, "timer", "i", pid, qpn ? r.track(clock, pid, qpn) : 0);
+  r.begin(now, name, "timer", "i", pid, qpn ? r.track(now, pid, qpn) : 0);
   r.args_begin(dev);
   if (qpn) r.arg("qpn", qpn);
   r.arg("timer", which);
@@ -406,9 +414,10 @@ void timer(const Clock& clock, std::string_view dev, uint32_t qpn, std::string_v
 void event(const Clock& clock, std::string_view dev, std::string_view kind, std::string_view name, uint32_t qpn,
            int status) noexcept {
   Recorder& r = *g_recorder;
+  const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
-  const uint32_t pid = r.pid_of(clock, dev);
-  r.begin(clock, name, "event", "i", pid, qpn ? r.track(clock, pid, qpn) : 0);
+  const uint32_t pid = r.pid_of(now, dev);
+  r.begin(now, name, "event", "i", pid, qpn ? r.track(now, pid, qpn) : 0);
   r.args_begin(dev);
   r.arg("kind", kind);
   if (qpn) r.arg("qpn", qpn);
