@@ -27,6 +27,7 @@ enum class Var {
   kHwLibibverbs,
   kHwLibrdmacm,
   kPcap,
+  kTrace,
   kFaults,
   kFaultSeed,
   kFaultLog,
@@ -65,6 +66,7 @@ inline const char* backend() noexcept { return raw(Var::kBackend); }
 inline const char* hw_libibverbs() noexcept { return raw(Var::kHwLibibverbs); }
 inline const char* hw_librdmacm() noexcept { return raw(Var::kHwLibrdmacm); }
 inline const char* pcap() noexcept { return raw(Var::kPcap); }
+inline const char* trace() noexcept { return raw(Var::kTrace); }
 inline const char* faults() noexcept { return raw(Var::kFaults); }
 inline const char* fault_seed() noexcept { return raw(Var::kFaultSeed); }
 inline const char* fault_log() noexcept { return raw(Var::kFaultLog); }

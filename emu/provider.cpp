@@ -18,6 +18,7 @@
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/objects/ops.hpp"
+#include "emu/objects/trace.hpp"
 #include "core/events.hpp"
 
 namespace softverbs::emu {
@@ -113,6 +114,7 @@ ibv_context* EmuProvider::open_device(ibv_device* device) {
 
 int EmuProvider::close_device(ibv_context* context) {
   Context* ctx = Context::from(context);
+  trace::flush();
   // The kernel tears down whatever the application left; the emulator keeps such
   // objects (and so the context) alive until exit, since they may still be reached.
   if (ctx->users.busy()) return 0;
@@ -266,6 +268,7 @@ ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
   auto pd = std::make_unique<Pd>(*ctx);
   pd->ibv()->handle = ctx->handles.add(ObjectType::pd, pd->ibv());
   ctx->users.get();
+  trace_object(ctx->device(), "alloc_pd", pd->ibv()->handle);
   return pd.release()->ibv();
 }
 
@@ -276,6 +279,7 @@ int EmuProvider::dealloc_pd(ibv_pd* pd) {
   Pd* p = Pd::from(pd);
   if (p->users.busy()) return kernel_error(EBUSY);
   Context& ctx = p->context();
+  trace_object(ctx.device(), "dealloc_pd", pd->handle);
   ctx.handles.remove(pd->handle);
   if (is_imported(pd)) {
     // Destroyed through an imported struct: the PD's own struct stays until unimported.
@@ -334,6 +338,7 @@ ibv_mr* add_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   mr->ibv()->pd = pd;  // a parent domain stays what the region names (libibverbs sets mr->pd)
   mr->ibv()->handle = p->context().handles.add(ObjectType::mr, mr->ibv());
   p->users.get();
+  trace_object(p->context().device(), "reg_mr", key);
   return mr.release()->ibv();
 }
 }  // namespace
@@ -395,6 +400,7 @@ int EmuProvider::dereg_mr(ibv_mr* mr) {
   Pd* pd = m->pd();
   // A region with windows bound to it stays (IBTA 10.6.7.2.6; EINVAL as rxe).
   if (int err = pd->context().device().deregister_mr(m)) return err;
+  trace_object(pd->context().device(), "dereg_mr", mr->lkey);
   pd->context().handles.remove(mr->handle);
   if (m->dm()) m->dm()->users.put();
   if (is_imported(mr)) {
@@ -427,6 +433,7 @@ int EmuProvider::destroy_cq(ibv_cq* cq) {
   Cq* c = Cq::from(cq);
   if (c->users.busy()) return kernel_error(EBUSY);
   Context& ctx = c->context();
+  trace_object(ctx.device(), "destroy_cq", cq->handle);
   ctx.handles.remove(cq->handle);
   if (CompChannel* ch = c->channel()) ch->forget(c);
   ctx.forget_async_events(cq);
@@ -463,6 +470,7 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   attr->attr.max_sge = max_sge;
   srq->ibv()->handle = p->context().handles.add(ObjectType::srq, srq->ibv());
   srq->srqn = register_srq(p->context().device(), srq.get());
+  trace_object(p->context().device(), "create_srq", srq->srqn);
   p->users.get();
   if (domain) domain->users.get();
   return srq.release()->ibv();
@@ -483,6 +491,7 @@ int EmuProvider::destroy_srq(ibv_srq* srq) {
   if (int err = lookup(srq->context, ObjectType::srq, srq, srq->handle)) return kernel_error(err);
   Srq* s = Srq::from(srq);
   if (!unregister_srq_if_unused(s->context().device(), s)) return kernel_error(EBUSY);
+  trace_object(s->context().device(), "destroy_srq", s->srqn);
   s->context().handles.remove(srq->handle);
   s->context().forget_async_events(srq);
   wait_events_acked(&srq->mutex, &srq->cond, &srq->events_completed, &s->events.reported);
@@ -574,6 +583,7 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
   qp->ibv()->handle = ctx.handles.add(ObjectType::qp, qp->ibv());
   p->users.get();
   if (domain) domain->users.get();
+  trace_object(ctx.device(), "create_qp", qp->qpn());
   Cq::from(attr->send_cq)->users.get();
   Cq::from(attr->recv_cq)->users.get();
   if (attr->srq) Srq::from(attr->srq)->users.get();
@@ -603,6 +613,7 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   // The kernel refuses to destroy a QP still attached to a multicast group.
   if (ctx.device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
   ctx.handles.remove(qp->handle);
+  trace_object(ctx.device(), "destroy_qp", q->qpn());
   ctx.device().unregister_qp(q->qpn());
   q->shutdown();
   ctx.forget_async_events(qp);
@@ -665,6 +676,7 @@ ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   ah->ibv()->pd = pd;
   ah->ibv()->handle = p->context().handles.add(ObjectType::ah, ah->ibv());
   p->users.get();
+  trace_object(p->context().device(), "create_ah", ah->ibv()->handle);
   return ah.release()->ibv();
 }
 
@@ -672,6 +684,7 @@ int EmuProvider::destroy_ah(ibv_ah* ah) {
   if (int err = lookup(ah->context, ObjectType::ah, ah, ah->handle)) return kernel_error(err);
   Ah* a = Ah::from(ah);
   Pd& pd = a->pd();
+  trace_object(pd.context().device(), "destroy_ah", ah->handle);
   pd.context().handles.remove(ah->handle);
   delete a;
   pd.users.put();

@@ -3,12 +3,31 @@
 
 #include <chrono>
 
+#include "core/trace.hpp"
+#include "fabric/trace_packet.hpp"
+#include "faults/rule.hpp"
+
 namespace softverbs::fabric {
 namespace {
 
 // How long the fault layer holds a packet back for reordering when no other
 // packet overtakes it.
 constexpr auto kReorderHold = std::chrono::microseconds(200);
+
+// Sends through the layers below with the trace's record of the packet left
+// for the tap (core/trace.hpp).
+void send_traced(Link& inner, const std::string& dev, in_addr dst, std::span<const uint8_t> packet, uint8_t tos,
+                 std::string_view fault) {
+  if (trace::on()) trace::set_pending({&dev, fault, 0});
+  inner.send(dst, packet, tos);
+}
+
+// The frame number the tap left for a received packet.
+uint64_t rx_frame() { return trace::take_pending().frame; }
+
+std::string_view fault_name(const faults::FaultDecision& d) {
+  return d.fired ? faults::to_string(d.action) : std::string_view("none");
+}
 
 }  // namespace
 
@@ -24,6 +43,8 @@ void FaultyLink::attach(Receiver& receiver) {
 // ---- the way out ----------------------------------------------------------
 
 void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+  const Clock& clock = scheduler_.clock();
+  std::string_view fault = "none";  // for the trace
   if (filter_.active()) {
     wire::PacketView view;
     if (wire::parse(packet, view) == wire::ParseError::ok) {
@@ -32,24 +53,26 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos)
         switch (d.action) {
           case faults::FaultAction::drop:
             counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+            if (trace::on()) trace_packet(clock, device_, "tx", packet, "drop", 0);
             return;
           case faults::FaultAction::duplicate:
             counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
-            inner_.send(dst, packet, tos);
+            send_traced(inner_, device_, dst, packet, tos, "duplicate");
+            fault = "duplicate";
             break;
           case faults::FaultAction::corrupt: {
             // One flipped bit in the middle of the packet: the ICRC no longer matches.
             counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
             std::vector<uint8_t> bad(packet.begin(), packet.end());
             bad[bad.size() / 2] ^= 0x10;
-            inner_.send(dst, bad, tos);
+            send_traced(inner_, device_, dst, bad, tos, "corrupt");
             return;
           }
           case faults::FaultAction::delay:
             counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
             scheduler_.after(std::chrono::microseconds(d.delay_us),
                              [this, dst, tos, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] {
-                               inner_.send(dst, bytes, tos);
+                               send_traced(inner_, device_, dst, bytes, tos, "delay");
                              });
             return;
           case faults::FaultAction::reorder: {
@@ -70,7 +93,7 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos)
       }
     }
   }
-  inner_.send(dst, packet, tos);
+  send_traced(inner_, device_, dst, packet, tos, fault);
   if (has_held_tx_.load(std::memory_order_acquire)) send_held();
 }
 
@@ -81,7 +104,9 @@ void FaultyLink::send_held() {
     held.swap(held_tx_);
     has_held_tx_.store(false, std::memory_order_relaxed);
   }
-  if (held) inner_.send(held->dst, held->bytes, held->tos);
+  if (held) {
+    send_traced(inner_, device_, held->dst, held->bytes, held->tos, "reorder");
+  }
 }
 
 // ---- the way in -----------------------------------------------------------
@@ -109,6 +134,7 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
   if (!admit(src, sport, packet, view)) return;
   if (filter_.active()) {
     faults::FaultDecision d = filter_.decide({faults::Direction::rx, device_, &view});
+    if (trace::on()) trace_packet(scheduler_.clock(), device_, "rx", packet, fault_name(d), rx_frame());
     if (d.fired) {
       switch (d.action) {
         case faults::FaultAction::drop:
@@ -163,6 +189,8 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
           break;  // verb actions never reach packets
       }
     }
+  } else if (trace::on()) {
+    trace_packet(scheduler_.clock(), device_, "rx", packet, "none", rx_frame());
   }
   deliver(src, sport, packet, view);
   if (held_rx_) {

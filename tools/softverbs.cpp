@@ -4,6 +4,7 @@
 //   softverbs devices [--devices SPEC]
 //   softverbs sysfs [--devices SPEC] DIR
 //   softverbs faults check FILE
+//   softverbs trace [--qp N] [--device NAME] [--kind KIND] [--from US] [--to US] [--records | -o OUT] FILE
 //   softverbs env | softverbs libdir
 // docs/configuration.md ("Launcher") is the reference. The program never loads
 // libibverbs itself: it links the configuration and scenario parsers only, so
@@ -28,6 +29,7 @@
 #include "tools/describe.hpp"
 #include "tools/launcher_env.hpp"
 #include "tools/sysfs_view.hpp"
+#include "tools/trace_file.hpp"
 
 namespace {
 
@@ -214,6 +216,39 @@ int faults_check(const std::string& path) {
   return 0;
 }
 
+struct TraceOptions {
+  std::string file, output;
+  softverbs::tools::TraceFilter filter;
+  bool records = false;
+};
+
+// `softverbs trace`: the summary of a SOFTVERBS_TRACE file, its matching
+// records, or a filtered copy (docs/simulation.md, "The trace").
+int trace(const TraceOptions& o) {
+  namespace t = softverbs::tools;
+  std::string error;
+  if (!o.output.empty()) {
+    std::ofstream out(o.output, std::ios::binary | std::ios::trunc);
+    if (!out) return fail("cannot write " + o.output + ": " + std::strerror(errno), 1);
+    bool first = true;
+    t::write_trace_begin(out);
+    if (!t::read_trace(o.file, [&](const t::TraceRecord& r) { t::write_trace_add(r, o.filter, &first, out); }, &error))
+      return fail(error, 1);
+    t::write_trace_end(out);
+    return out.good() ? 0 : fail("cannot write " + o.output, 1);
+  }
+  if (o.records) {
+    // Printed as read; an error later in the file still ends with status 1.
+    if (!t::read_trace(o.file, [&](const t::TraceRecord& r) { t::print_record(r, o.filter, std::cout); }, &error))
+      return fail(error, 1);
+    return 0;
+  }
+  t::TraceSummary summary(o.filter);
+  if (!t::read_trace(o.file, [&](const t::TraceRecord& r) { summary.add(r); }, &error)) return fail(error, 1);
+  summary.print(std::cout);
+  return 0;
+}
+
 // Splits `softverbs run ... [--] CMD ARGS` into the launcher's part and CMD
 // ARGS, which must reach the command untouched even when they look like
 // options: the command starts after "--" or at the first word that is neither
@@ -268,6 +303,18 @@ int main(int argc, char** argv) {
   auto* check_cmd = faults_cmd->add_subcommand("check", "check a scenario file and print its rules in words");
   check_cmd->add_option("FILE", scenario, "the scenario (TOML)")->required();
 
+  TraceOptions to;
+  auto* trace_cmd = app.add_subcommand("trace", "summarise or filter a SOFTVERBS_TRACE file (per QP)");
+  trace_cmd->add_option("FILE", to.file, "the trace (Chrome trace event JSON)")->required();
+  trace_cmd->add_option("--qp", to.filter.qp, "only records of this QP number");
+  trace_cmd->add_option("--device", to.filter.device, "only records of this device");
+  trace_cmd->add_option("--kind", to.filter.kind, "only records of this kind")
+      ->check(CLI::IsMember({"packet", "timer", "wr", "event", "verb"}));
+  trace_cmd->add_option("--from", to.filter.from, "only records at or after this time (us from the trace's start)");
+  trace_cmd->add_option("--to", to.filter.to, "only records at or before this time (us)");
+  auto* records_flag = trace_cmd->add_flag("--records", to.records, "print the matching records instead of a summary");
+  trace_cmd->add_option("-o,--output", to.output, "write the matching records as a trace file")->excludes(records_flag);
+
   auto* env_cmd = app.add_subcommand("env", "print the LD_LIBRARY_PATH line `run` sets, for eval");
   auto* libdir_cmd = app.add_subcommand("libdir", "print the directory of softverbs' libraries");
 
@@ -286,7 +333,8 @@ int main(int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
       known |= sub->get_name() == first;
     if (!known && first[0] == '-') return fail("unknown option '" + first + "' (see softverbs --help)");
-    if (!known) return fail("unknown command '" + first + "' (run, devices, sysfs, faults, env, libdir; see --help)");
+    if (!known)
+      return fail("unknown command '" + first + "' (run, devices, sysfs, faults, trace, env, libdir; see --help)");
   }
   try {
     app.parse(parsed_argc, argv);
@@ -304,6 +352,7 @@ int main(int argc, char** argv) {
   if (dev_cmd->parsed()) return devices(dev_spec);
   if (check_cmd->parsed()) return faults_check(scenario);
   if (sysfs_cmd->parsed()) return sysfs(sysfs_spec, sysfs_dir);
+  if (trace_cmd->parsed()) return trace(to);
   if (libdir_cmd->parsed()) {
     std::cout << libdir() << "\n";
     return 0;
@@ -312,5 +361,5 @@ int main(int argc, char** argv) {
     std::cout << "export LD_LIBRARY_PATH=\"" << libdir() << "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n";
     return 0;
   }
-  return fail("no command (run, devices, sysfs, faults, env, libdir; see --help)");
+  return fail("no command (run, devices, sysfs, faults, trace, env, libdir; see --help)");
 }

@@ -63,7 +63,7 @@ PcapWriter::~PcapWriter() {
   if (file_) std::fclose(file_);
 }
 
-void PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet,
+uint64_t PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet,
                        uint8_t tos) {
   uint8_t head[kEthLen + kIpLen + kUdpLen] = {};
   uint8_t* eth = head;
@@ -90,6 +90,7 @@ void PcapWriter::write(const Clock& clock, in_addr src, in_addr dst, uint16_t sp
   std::fwrite(head, sizeof head, 1, file_);
   std::fwrite(packet.data(), packet.size(), 1, file_);
   std::fflush(file_);  // a process killed mid-run still leaves a readable capture
+  return ++frames_;
 }
 
 }  // namespace softverbs::wire

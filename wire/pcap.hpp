@@ -28,12 +28,14 @@ class PcapWriter {
   // 4791, with the IPv4 header the sender's kernel writes (DF, ID 0, TTL 64),
   // stamped with the clock's calendar time.
   // tos: the IPv4 TOS byte the packet was sent with (its traffic class).
-  void write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet,
+  // Returns the packet's frame number in the file (1-based, as tshark counts).
+  uint64_t write(const Clock& clock, in_addr src, in_addr dst, uint16_t sport, std::span<const uint8_t> packet,
              uint8_t tos = 0);
 
  private:
   std::mutex mu_;
   std::FILE* file_ = nullptr;
+  uint64_t frames_ = 0;
 };
 
 }  // namespace softverbs::wire

@@ -12,6 +12,8 @@
 #include <cstring>
 
 #include "core/log.hpp"
+#include "core/trace.hpp"
+#include "emu/objects/objects.hpp"
 #include "emu/provider.hpp"
 #include "fabric/scheduler.hpp"
 
@@ -92,6 +94,13 @@ Event* EmuCm::new_event(Id* id, rdma_cm_event_type type, int status) {
 
 void EmuCm::post_event(Event* ev) {
   Channel* ch = ev->id->channel;
+  // Events of an id on no device yet (an address error) are left out: the
+  // trace's records are a device's, on its clock.
+  if (ev->id->dev && trace::on()) {
+    const Device& d = *ev->id->dev->device;
+    const uint32_t qpn = ev->id->pub.qp ? ev->id->pub.qp->qp_num : 0;
+    trace::event(d.clock(), d.name(), "cm", trace::cm_event_name(ev->pub.event), qpn, ev->pub.status);
+  }
   events_.insert(ev);
   ch->queue.push_back(ev);
   char b = 1;

@@ -11,6 +11,7 @@
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "emu/cm/cm.hpp"
 #include "emu/objects/objects.hpp"
 #include "wire/opcode.hpp"
@@ -27,6 +28,13 @@ using cm::gid_of;
 
 namespace {
 
+// The trace's record of a connection's timer (core/trace.hpp): the MAD retry
+// timer, or the time-wait that ends the connection.
+void trace_cm_timer(const Conn& c, std::string_view what, Clock::duration in = {}) {
+  if (!trace::on()) return;
+  trace::timer(c.device->clock(), c.device->name(), 0, c.state == ConnState::kTimewait ? "cm_timewait" : "cm_retry",
+               what, std::chrono::duration_cast<std::chrono::nanoseconds>(in).count());
+}
 
 // IBTA's 4.096 us * 2^t, in Linux's rounding (cm_convert_to_ms).
 Clock::duration cm_time(uint8_t t) { return std::chrono::milliseconds(1ull << (t > 8 ? t - 8 : 0)); }
@@ -112,10 +120,12 @@ void EmuCm::send_mad(Conn& c, const w::MadHeader& hdr, const w::Message& msg, bo
 void EmuCm::arm_retry(const std::shared_ptr<Conn>& c) {
   uint64_t gen = ++c->timer_generation;
   std::weak_ptr<Conn> wc = c;
+  trace_cm_timer(*c, "armed", c->retry_interval);
   c->device->scheduler().after(c->retry_interval, [this, wc, gen] { on_retry_timer(wc, gen); });
 }
 
 void EmuCm::cancel_retry(Conn& c) {
+  if (c.has_last_mad) trace_cm_timer(c, "cancelled");
   c.timer_generation++;
   c.has_last_mad = false;
 }
@@ -124,6 +134,7 @@ void EmuCm::on_retry_timer(const std::weak_ptr<Conn>& wc, uint64_t generation) {
   Lock lock(mu_);
   std::shared_ptr<Conn> c = wc.lock();
   if (!c || c->timer_generation != generation) return;
+  trace_cm_timer(*c, "fired");
   if (c->state == ConnState::kTimewait) {
     // Time-wait is over: the connection's numbers may be used again.
     Id* id = c->id;
@@ -183,6 +194,7 @@ void EmuCm::enter_timewait(const std::shared_ptr<Conn>& c) {
   c->has_last_mad = false;
   uint64_t gen = ++c->timer_generation;
   std::weak_ptr<Conn> wc = c;
+  trace_cm_timer(*c, "armed", cm_time(response_timeout()));
   c->device->scheduler().after(cm_time(response_timeout()), [this, wc, gen] { on_retry_timer(wc, gen); });
 }
 

@@ -10,6 +10,8 @@
 #include "emu/qp/qp.hpp"
 #include "emu/objects/ops.hpp"
 #include "core/events.hpp"
+#include "core/trace.hpp"
+#include "faults/scenario.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -73,6 +75,11 @@ Context::~Context() {
 }
 
 void Context::post_async_event(const ibv_async_event& event) {
+  if (trace::on()) {
+    const bool qp = event_element(event.event_type) == EventElement::qp;
+    trace::event(device_.clock(), device_.name(), "async", faults::event_name(event.event_type),
+                 qp ? event.element.qp->qp_num : 0);
+  }
   faults::FaultDecision d;
   faults::VerbFilter& engine = device_.verb_filter();
   if (engine.verbs_active()) {

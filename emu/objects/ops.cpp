@@ -10,6 +10,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/objects/trace.hpp"
 #include "emu/provider.hpp"
 #include "emu/qp/qp.hpp"
 
@@ -268,6 +269,7 @@ ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* 
   }
   auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags, domain);
   cq->ibv()->handle = ctx.handles.add(ObjectType::cq, cq->ibv());
+  trace_object(ctx.device(), "create_cq", cq->ibv()->handle);
   if (channel) {
     pthread_mutex_lock(&ctx.ibv()->mutex);
     ++channel->refcnt;

@@ -4,6 +4,7 @@
 #include "emu/device/caps.hpp"
 #include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
+#include "core/trace.hpp"
 
 namespace softverbs::emu {
 
@@ -37,6 +38,11 @@ int Srq::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (int rc = post_recv_wqe(rq, *wr)) {
       *bad_wr = wr;
       return rc;
+    }
+    if (trace::on()) {
+      Device& dev = context().device();
+      rq.back().trace_id =
+          trace::wr_posted(dev.clock(), dev.name(), "post_srq_recv", srqn, wr->wr_id, "RECV", rq.back().total_length);
     }
   }
   return 0;

@@ -15,6 +15,7 @@
 #include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/ops.hpp"
+#include "emu/objects/trace.hpp"
 #include "emu/provider.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/device/caps.hpp"
@@ -191,6 +192,7 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
   qp->set_qpn(ctx->device().register_qp(qp.get()));
   attr->cap = qp->cap();
   qp->ibv()->handle = ctx->handles.add(ObjectType::qp, qp->ibv());
+  trace_object(ctx->device(), "create_qp", qp->qpn());
   pd->users.get();
   if (scq) {
     scq->users.get();  // as send CQ and as the stand-in receive CQ: destroy_qp puts both

@@ -9,6 +9,8 @@
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
+#include "faults/scenario.hpp"
 #include "wire/psn.hpp"
 
 namespace softverbs::emu {
@@ -18,11 +20,19 @@ using namespace wire;
 
 }  // namespace
 
-void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited) {
+void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trace_id) {
   if (!cq) return;  // an XRC_RECV QP between SRQs: nothing to complete
   // After a forced error completion, until the QP is in the error state, the
   // completions that follow are flushed, as they would be behind a real one.
   if (error_pending_ && wc.status == IBV_WC_SUCCESS) wc.status = IBV_WC_WR_FLUSH_ERR;
+  // The trace records the completion as the application gets it, and what a
+  // completion rule did to it.
+  auto traced = [&](std::string_view fault) {
+    if (trace::on())
+      trace::completion(device().clock(), device().name(), qpn(), trace_id, wc.wr_id, faults::wc_status_name(wc.status),
+                        trace::wc_opcode_name(wc.opcode), wc.byte_len, true, fault);
+  };
+  std::string_view fault = "none";
   faults::VerbFilter& engine = device().verb_filter();
   if (engine.verbs_active()) {
     faults::FaultDecision d = engine.decide(faults::VerbFacts{faults::VerbPoint::completion, device().name(),
@@ -31,15 +41,18 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited) {
       switch (d.action) {
         case faults::FaultAction::drop:
           device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          traced("drop");
           return;
         case faults::FaultAction::delay:
           device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
+          traced("delay");
           cq->push_later(wc, solicited, d.delay_us);
           return;
         case faults::FaultAction::status:
           device().counters().faults_verbs.fetch_add(1, std::memory_order_relaxed);
           if (wc.status == IBV_WC_SUCCESS && d.wc_status != IBV_WC_SUCCESS) request_error_locked(false);
           wc.status = static_cast<ibv_wc_status>(d.wc_status);
+          fault = "status";
           break;
         default:
           apply_fault_later(device(), d);
@@ -47,6 +60,7 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited) {
       }
     }
   }
+  traced(fault);
   if (!cq->push(wc, solicited)) {
     // The CQ overran and is in error now (IBV_EVENT_CQ_ERR, raised by the CQ):
     // this completion is lost, so the QP cannot go on either. As on ConnectX, a
@@ -85,7 +99,12 @@ void Qp::force_error(bool event) {
 
 void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   const bool signaled = sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED);
-  if (status == IBV_WC_SUCCESS && !signaled) return;
+  if (status == IBV_WC_SUCCESS && !signaled) {
+    if (trace::on())
+      trace::completion(device().clock(), device().name(), qpn(), w.trace_id, w.wr_id, "IBV_WC_SUCCESS",
+                        trace::wc_opcode_name(wc_opcode_of(w.opcode)), 0, false);
+    return;
+  }
   ibv_wc wc{};
   wc.wr_id = w.wr_id;
   wc.status = status;
@@ -96,7 +115,7 @@ void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   if (w.opcode == IBV_WR_RDMA_READ) wc.byte_len = static_cast<uint32_t>(w.total_length);
   if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) wc.byte_len = 8;
   if (status != IBV_WC_SUCCESS) wc.vendor_err = 0;
-  push_completion_locked(send_cq_, wc, false);
+  push_completion_locked(send_cq_, wc, false, w.trace_id);
 }
 
 void Qp::retire_acked_locked() {
@@ -273,6 +292,7 @@ CompStep Qp::comp_rnr_retry_locked(CompContext& c) {
   retransmit_from_locked(psn);
   req_.rnr_waiting = true;
   rnr_until_ = device().clock().now() + std::chrono::microseconds(rnr_timer_us(a.rnr_timer()));
+  if (trace::on()) trace_timer_locked("rnr_wait", "armed", std::chrono::microseconds(rnr_timer_us(a.rnr_timer())));
   arm_timer_locked();
   retire_acked_locked();
   // Not `update`: an RNR NAK is no progress, the retry counts go on.

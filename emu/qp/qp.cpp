@@ -7,6 +7,7 @@
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "emu/device/caps.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/provider.hpp"
@@ -166,6 +167,9 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   apply_path_migration_locked(*attr, mask);
   if (has(IBV_QP_EN_SQD_ASYNC_NOTIFY)) attr_.en_sqd_async_notify = attr->en_sqd_async_notify;
 
+  if (trace::on())
+    trace::modify_qp(device().clock(), device().name(), qpn(), trace::qp_state_name(cur), trace::qp_state_name(next),
+                     attr_.dest_qp_num);
   if (next != cur || has(IBV_QP_STATE)) enter_state_locked(cur, next);
   // ECE (mlx5_modify_qp): the options set since the last modify travel with
   // this one, and the device answers the subset it has (caps::kEceOptions).
@@ -231,6 +235,8 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
     resp_.resources.clear();
     req_.tx_index = 0;
     req_.tx_offset = 0;
+    if (req_.rnr_waiting) trace_timer_locked("rnr_wait", "cancelled");
+    if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
     req_.rnr_waiting = false;
     error_pending_ = false;
     deadline_ = {};
@@ -315,6 +321,9 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       *bad_wr = wr;
       return rc;
     }
+    if (trace::on())
+      rq_.back().trace_id = trace::wr_posted(device().clock(), device().name(), "post_recv", qpn(), wr->wr_id, "RECV",
+                                             rq_.back().total_length);
   }
   // Work requests posted to a QP in the error state complete at once, flushed.
   if (state == IBV_QPS_ERR) flush_locked();
@@ -424,6 +433,9 @@ void Qp::make_extended() {
 void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inline, in_addr ud_dest) {
   SendWqe& wqe = sq_.next();
   wqe.wr_id = wr.wr_id;
+  wqe.trace_id = trace::on() ? trace::wr_posted(device().clock(), device().name(), "post_send", qpn(), wr.wr_id,
+                                                trace::wr_opcode_name(wr.opcode), total)
+                             : 0;
   wqe.opcode = wr.opcode;
   wqe.send_flags = wr.send_flags;
   const int num_sge = is_local_op(wr.opcode) ? 0 : wr.num_sge;
@@ -513,33 +525,35 @@ void Qp::enter_error_locked() {
 }
 
 void Qp::flush_locked() {
+  if (req_.rnr_waiting) trace_timer_locked("rnr_wait", "cancelled");
+  if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
   req_.tx_index = 0;
   req_.tx_offset = 0;
   req_.rnr_waiting = false;
   // Every outstanding work request completes with IBV_WC_WR_FLUSH_ERR, signaled or
   // not: completions in error are always generated (IBTA 10.8.3).
-  auto push = [this](Cq* cq, uint64_t wr_id, ibv_wc_opcode opcode) {
+  auto push = [this](Cq* cq, uint64_t wr_id, ibv_wc_opcode opcode, uint64_t trace_id) {
     ibv_wc wc{};
     wc.wr_id = wr_id;
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.opcode = opcode;
     wc.qp_num = qpn();
-    push_completion_locked(cq, wc, false);
+    push_completion_locked(cq, wc, false, trace_id);
   };
   if (attr_.qp_state == IBV_QPS_ERR) {
     if (resp_.rcv.active && !srq_) {
       // The receive WQE a message was being placed into comes first.
-      push(recv_cq_, resp_.rcv.wqe.wr_id, IBV_WC_RECV);
+      push(recv_cq_, resp_.rcv.wqe.wr_id, IBV_WC_RECV, resp_.rcv.wqe.trace_id);
     }
     resp_.rcv = ResponderState::Receiving{};
     while (!rq_.empty()) {
-      push(recv_cq_, rq_.front().wr_id, IBV_WC_RECV);
+      push(recv_cq_, rq_.front().wr_id, IBV_WC_RECV, rq_.front().trace_id);
       rq_.pop();
     }
   }
   while (!sq_.empty()) {
     const SendWqe& w = sq_.front();
-    push(send_cq_, w.wr_id, wc_opcode_of(w.opcode));
+    push(send_cq_, w.wr_id, wc_opcode_of(w.opcode), w.trace_id);
     sq_.pop();
   }
 }

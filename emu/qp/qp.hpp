@@ -16,6 +16,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <span>
+#include <string_view>
 
 #include "emu/objects/handle.hpp"
 #include "emu/objects/objects.hpp"
@@ -155,13 +156,16 @@ class Qp {
   // caller may be iterating over); with `event`, IBV_EVENT_QP_FATAL.
   void request_error_locked(bool event);
   void error_locked(bool event);
-  void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited);
+  // trace_id: the WQE's (core/trace.hpp), for the trace's completion record.
+  void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trace_id = 0);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
   // Fails w (the oldest unacknowledged send WQE when null) with `status`, after
   // completing the WQEs before it, and moves the QP to the error state.
   void fail_send_locked(SendWqe* w, ibv_wc_status status);
   void arm_timer_locked();
   void on_timer();
+  // The trace's timer records (core/trace.hpp): which timer is armed now.
+  void trace_timer_locked(std::string_view which, std::string_view what, Clock::duration in = {});
   // wire
   // To the connected peer, with the traffic class of the QP's path.
   void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
@@ -301,6 +305,9 @@ class Qp {
   std::chrono::steady_clock::time_point deadline_{};
   std::chrono::steady_clock::time_point rnr_until_{};
   std::shared_ptr<EngineTimer> timer_;
+  // The trace has recorded an ACK timeout as armed and not yet as fired or
+  // cancelled (the timer itself is re-armed lazily, so this is the trace's view).
+  bool trace_ack_armed_ = false;
 
   // ---- per-role state ------------------------------------------------------
   RequesterState req_;

@@ -13,6 +13,7 @@
 #include "emu/objects/objects.hpp"
 #include "fabric/timer.hpp"
 #include "core/log.hpp"
+#include "core/trace.hpp"
 #include "wire/psn.hpp"
 
 namespace softverbs::emu {
@@ -96,7 +97,10 @@ void Qp::arm_timer_locked() {
   // packet sent just after everything before it was acknowledged gets no timer.
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
   if (!timer_) return;
-  if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting) return;
+  if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting) {
+    if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");  // everything is acknowledged
+    return;
+  }
   auto now = device().clock().now();
   if (req_.rnr_waiting) {
     timer_->arm_at(rnr_until_);
@@ -107,6 +111,14 @@ void Qp::arm_timer_locked() {
   auto t = std::chrono::nanoseconds(static_cast<int64_t>(4096) << attr_.timeout);
   deadline_ = now + std::max<std::chrono::steady_clock::duration>(t, kMinAckTimeout);
   timer_->arm_at(deadline_);
+  if (!trace_ack_armed_ && trace::on()) trace_timer_locked("ack_timeout", "armed", deadline_ - now);
+}
+
+void Qp::trace_timer_locked(std::string_view which, std::string_view what, Clock::duration in) {
+  if (which == "ack_timeout") trace_ack_armed_ = what == "armed";
+  if (!trace::on()) return;
+  trace::timer(device().clock(), device().name(), qpn(), which, what,
+               std::chrono::duration_cast<std::chrono::nanoseconds>(in).count());
 }
 
 void Qp::requester_locked() {
@@ -281,6 +293,9 @@ bool Qp::may_start_locked(SendWqe& w) {
     const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
     w.last_psn = psn_add(w.first_psn, atomic ? 0 : packets_for(w.total_length, mtu_bytes()) - 1);
     w.started = true;
+    if (w.trace_id && trace::on())
+      trace::wr_started(device().clock(), device().name(), qpn(), w.trace_id, w.first_psn, w.last_psn,
+                        attr_.dest_qp_num);
   }
   return true;
 }
@@ -430,18 +445,23 @@ void Qp::on_timer() {
       return;
     }
     req_.rnr_waiting = false;
+    trace_timer_locked("rnr_wait", "fired");
     retransmit_from_locked(comp_.unacked_psn);
     requester_locked();
     arm_timer_locked();
     return;
   }
-  if (comp_.unacked_psn == req_.sent_end_psn) return;  // everything acknowledged meanwhile
+  if (comp_.unacked_psn == req_.sent_end_psn) {  // everything acknowledged meanwhile
+    if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
+    return;
+  }
   if (attr_.timeout == 0) return;             // no local ACK timeout (a late timer of an earlier connection)
   if (now < deadline_) {
     timer_->arm_at(deadline_);
     return;
   }
   device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
+  trace_timer_locked("ack_timeout", "fired");
   SV_LOG(kDebug, "qp 0x%06x: local ACK timeout, unacked psn %u, next psn %u, %u WQEs, retries left %u (%s)", qpn(),
          comp_.unacked_psn, req_.psn, sq_.size(), comp_.retry_left, device().rx_state().c_str());
   // A timeout counts against retry_cnt only when the peer has been silent: a peer

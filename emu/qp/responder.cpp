@@ -95,7 +95,7 @@ void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32
   wc.sl = attr_.ah_attr.sl;
   resp_.rcv.active = false;
   resp_.rcv.offset = 0;
-  push_completion_locked(recv_cq_, wc, solicited);
+  push_completion_locked(recv_cq_, wc, solicited, resp_.rcv.wqe.trace_id);
 }
 
 void Qp::responder_error_locked(const RespErrorRow& e, uint32_t psn) {
@@ -237,7 +237,7 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   }
   resp_.rcv.active = false;
   resp_.rcv.offset = 0;
-  push_completion_locked(recv_cq_, wc, pkt.bth.se);
+  push_completion_locked(recv_cq_, wc, pkt.bth.se, resp_.rcv.wqe.trace_id);
   // A receive error puts the QP in the error state, as every completion error.
   if (status != IBV_WC_SUCCESS) request_error_locked(false);
 }

@@ -22,10 +22,12 @@ struct RecvWqe {
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;
   uint64_t total_length = 0;
+  uint64_t trace_id = 0;  // the work request's id in the trace (core/trace.hpp), 0 untraced
 };
 
 struct SendWqe {
   uint64_t wr_id = 0;
+  uint64_t trace_id = 0;  // as RecvWqe's
   ibv_wr_opcode opcode = IBV_WR_SEND;
   unsigned send_flags = 0;
   uint32_t num_sge = 0;
@@ -159,6 +161,8 @@ class WorkQueue {
   Sge* next_sges() { return &sges_[static_cast<size_t>(index(tail_)) * max_sge_]; }
   uint8_t* next_inline() { return max_inline_ ? &inline_[static_cast<size_t>(index(tail_)) * max_inline_] : nullptr; }
   void push() { ++tail_; }
+  // The entry the last push() queued.
+  Wqe& back() { return wqes_[index(tail_ - 1)]; }
 
   // The i-th outstanding entry from the head (0 = oldest).
   Wqe& at(uint32_t i) { return wqes_[index(head_ + i)]; }

@@ -2,7 +2,7 @@
 // "Launcher"): each command, each way of giving it bad input (one line on
 // stderr, exit status 2; 1 for an invalid scenario under `faults check`; 127
 // for a command that is not found), the environment `run` gives the command,
-// and the words `devices` and `faults check` print.
+// and the words `devices`, `faults check` and `trace` print.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -50,11 +50,11 @@ std::string temp_file(const std::string& name, const std::string& text) {
 TEST(Cli, HelpOfEveryCommand) {
   ProcessResult top = cli({"--help"});
   ASSERT_TRUE(top.exited_with(0)) << top.describe();
-  for (const char* command : {"run", "devices", "sysfs", "faults", "env", "libdir"})
+  for (const char* command : {"run", "devices", "sysfs", "faults", "trace", "env", "libdir"})
     EXPECT_NE(top.out.find(command), std::string::npos) << command << " missing from: " << top.out;
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
            {"run", "--help"}, {"devices", "--help"}, {"sysfs", "--help"}, {"faults", "--help"}, {"faults", "check", "--help"},
-           {"env", "--help"}, {"libdir", "--help"}}) {
+           {"trace", "--help"}, {"env", "--help"}, {"libdir", "--help"}}) {
     ProcessResult r = cli(args);
     EXPECT_TRUE(r.exited_with(0)) << r.describe();
     EXPECT_NE(r.out.find("Usage: softverbs " + args[0]), std::string::npos) << r.describe();
@@ -267,6 +267,79 @@ TEST(Cli, RocePortsFromProcNetUdp) {
   ASSERT_EQ(bound.size(), 2u);
   EXPECT_EQ(tools::to_string(bound[0]), "127.0.0.10");
   EXPECT_EQ(tools::to_string(bound[1]), "0.0.0.0");
+}
+
+// A small trace as SOFTVERBS_TRACE writes it: one QP of device d0 posts two
+// sends; the first's packet is lost, resent after an ACK timeout, and both complete.
+constexpr const char* kTrace = R"({"displayTimeUnit":"ns","traceEvents":[
+{"name":"process_name","cat":"__metadata","ph":"M","ts":0.000,"pid":1,"tid":0,"args":{"name":"d0"}},
+{"name":"create_qp","cat":"verb","ph":"i","s":"t","ts":1.000,"pid":1,"tid":7,"args":{"dev":"d0","qpn":7}},
+{"name":"post_send","cat":"wr","ph":"i","s":"t","ts":10.000,"pid":1,"tid":7,"args":{"dev":"d0","qpn":7,"wr":1,"wr_id":5,"opcode":"SEND","len":8}},
+{"name":"wr","cat":"wr","ph":"s","ts":10.000,"pid":1,"tid":7,"id":1},
+{"name":"RC_SEND_ONLY","cat":"packet","ph":"i","s":"t","ts":11.000,"pid":1,"tid":7,"args":{"dev":"d0","dir":"tx","qpn":7,"dqpn":9,"psn":0,"opcode":"RC_SEND_ONLY","len":40,"fault":"drop"}},
+{"name":"ack_timeout fired","cat":"timer","ph":"i","s":"t","ts":20.000,"pid":1,"tid":7,"args":{"dev":"d0","qpn":7,"timer":"ack_timeout","what":"fired"}},
+{"name":"RC_SEND_ONLY","cat":"packet","ph":"i","s":"t","ts":21.000,"pid":1,"tid":7,"args":{"dev":"d0","dir":"tx","qpn":7,"dqpn":9,"psn":0,"opcode":"RC_SEND_ONLY","len":40,"fault":"none","frame":1}},
+{"name":"RC_ACKNOWLEDGE","cat":"packet","ph":"i","s":"t","ts":25.000,"pid":1,"tid":7,"args":{"dev":"d0","dir":"rx","qpn":7,"dqpn":7,"psn":0,"opcode":"RC_ACKNOWLEDGE","len":20,"fault":"none"}},
+{"name":"completion","cat":"wr","ph":"i","s":"t","ts":30.000,"pid":1,"tid":7,"args":{"dev":"d0","qpn":7,"wr":1,"wr_id":5,"status":"IBV_WC_SUCCESS","opcode":"SEND","byte_len":0}},
+{"name":"wr","cat":"wr","ph":"f","ts":30.000,"pid":1,"tid":7,"id":1,"bp":"e"},
+{"name":"post_send","cat":"wr","ph":"i","s":"t","ts":40.000,"pid":1,"tid":7,"args":{"dev":"d0","qpn":7,"wr":2,"wr_id":6,"opcode":"SEND","len":8}},
+{"name":"completion","cat":"wr","ph":"i","s":"t","ts":140.000,"pid":1,"tid":7,"args":{"dev":"d0","qpn":7,"wr":2,"wr_id":6,"status":"IBV_WC_RETRY_EXC_ERR","opcode":"SEND","byte_len":0}},
+{"name":"IBV_EVENT_PORT_ERR","cat":"event","ph":"i","s":"t","ts":150.000,"pid":1,"tid":0,"args":{"dev":"d0","kind":"async"}}
+]}
+)";
+
+TEST(Cli, TraceSummary) {
+  ProcessResult r = cli({"trace", temp_file("trace.json", kTrace)});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out,
+            "12 records, 1 device, 1.000 to 150.000 us\n"
+            "d0:\n"
+            "  events: IBV_EVENT_PORT_ERR 1\n"
+            "d0 QP 7:\n"
+            "  verbs: create_qp 1\n"
+            "  posted: SEND 2\n"
+            "  packets: sent 2, received 1, retransmitted 1\n"
+            "  faults: drop 1\n"
+            "  timers: ack_timeout fired 1\n"
+            "  timeouts: 1, rnr waits: 0\n"
+            "  completions: IBV_WC_RETRY_EXC_ERR 1, IBV_WC_SUCCESS 1\n"
+            "  latency post->completion (us): n 2, p50 20.000, p90 100.000, p99 100.000, max 100.000\n");
+}
+
+TEST(Cli, TraceFilters) {
+  const std::string file = temp_file("filter.json", kTrace);
+  ProcessResult r = cli({"trace", "--kind", "packet", "--from", "20", "--to", "30", "--records", file});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out,
+            "      21.000  d0  QP 7  packet  RC_SEND_ONLY dir=tx dqpn=9 fault=none frame=1 len=40 opcode=RC_SEND_ONLY "
+            "psn=0\n"
+            "      25.000  d0  QP 7  packet  RC_ACKNOWLEDGE dir=rx dqpn=7 fault=none len=20 opcode=RC_ACKNOWLEDGE psn=0\n");
+  r = cli({"trace", "--qp", "8", "--records", file});
+  EXPECT_TRUE(r.exited_with(0) && r.out.empty()) << r.describe();
+  r = cli({"trace", "--device", "d0", "--kind", "event", file});
+  EXPECT_EQ(r.out, "1 records, 1 device, 150.000 to 150.000 us\nd0:\n  events: IBV_EVENT_PORT_ERR 1\n");
+  // A filtered trace keeps the track names and the matching records as written.
+  const std::string out = testing::TempDir() + "softverbs-cli-" + std::to_string(::getpid()) + "-wr.json";
+  r = cli({"trace", "--kind", "wr", "--to", "35", "-o", out, file});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(R"("name":"process_name")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("ph":"s","ts":10.000)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("ph":"f","ts":30.000)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("RC_SEND_ONLY"), std::string::npos) << text;
+  EXPECT_EQ(text.find("IBV_WC_RETRY_EXC_ERR"), std::string::npos) << text;
+  r = cli({"trace", out});
+  EXPECT_NE(r.out.find("  completions: IBV_WC_SUCCESS 1\n"), std::string::npos) << r.describe();
+  std::filesystem::remove(out);
+}
+
+TEST(Cli, TraceBadInput) {
+  expect_one_line_error(cli({"trace", "/nonexistent/trace.json"}), 1, "cannot read /nonexistent/trace.json");
+  expect_one_line_error(cli({"trace", temp_file("half.json", R"({"traceEvents":[{"name":"x",)")}), 1, "not JSON");
+  expect_one_line_error(cli({"trace", temp_file("other.json", R"({"events":[]})")}), 1, "not a trace");
+  expect_one_line_error(cli({"trace", "--kind", "packets", temp_file("t.json", kTrace)}), 2, "--kind");
+  expect_one_line_error(cli({"trace", "--records", "-o", "x.json", temp_file("t.json", kTrace)}), 2, "excludes");
 }
 
 }  // namespace

@@ -227,6 +227,12 @@ TESTS = {
                ("[--seconds 0.5] [--reps 3] [--no-pin]", "--seconds 0.05 --reps 1",
                 "the optional arguments, with a token duration")],
         expect=[r"BM_MsgRate64B/16", r"BM_ReadBw/1048576", r"udp_busypoll_rtt_8b_us"]),
+    # docs/simulation.md, "The summary": a trace of the example program (an RDMA
+    # WRITE, then one that every loss fails), its summary and its timers.
+    "simulation_trace": Test(
+        examples=[("docs/simulation.md", "SOFTVERBS_TRACE=trace.json build/tests/package/package_example_test")],
+        expect=[r"completions: IBV_WC_RETRY_EXC_ERR 1", r"faults: drop \d+", r"timeouts: [1-9]",
+                r"latency post->completion \(us\): n 1, p50 [\d.]+", r"timer  ack_timeout fired"]),
     # docs/wire.md, "Reading a capture": tshark on a capture of an ibv_rc_pingpong pair.
     "wire_tshark": Test(
         examples=[("docs/wire.md", "tshark --disable-heuristic rpcrdma_infiniband -r FILE -V")],
