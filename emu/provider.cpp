@@ -557,7 +557,12 @@ ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp* qp) {
 int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   if (failed(qp->context)) return EIO;
-  return Qp::from(qp)->modify(attr, attr_mask);
+  Qp* q = Qp::from(qp);
+  int err = q->modify(attr, attr_mask);
+  // A handle of ibv_open_qp has a struct of its own: its state follows its
+  // own modifies, as rdma-core's ibv_modify_qp keeps qp->state.
+  if (!err && qp != q->ibv()) qp->state = q->state();
+  return err;
 }
 
 int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
@@ -568,10 +573,21 @@ int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_i
 int EmuProvider::destroy_qp(ibv_qp* qp) {
   if (int err = lookup(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   Qp* q = Qp::from(qp);
-  Context& ctx = q->context();
+  if (q->type() == IBV_QPT_XRC_RECV) {
+    // One of possibly several handles (ibv_open_qp): the QP goes with the last.
+    q = release_xrc_recv_handle(qp);
+    return q ? destroy_qp_object(*q) : 0;
+  }
   // The kernel refuses to destroy a QP still attached to a multicast group.
-  if (ctx.device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
-  ctx.handles.remove(qp->handle);
+  if (q->context().device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
+  q->context().handles.remove(qp->handle);
+  return destroy_qp_object(*q);
+}
+
+int EmuProvider::destroy_qp_object(Qp& qp_obj) {
+  Qp* q = &qp_obj;
+  ibv_qp* qp = q->ibv();
+  Context& ctx = q->context();
   ctx.device().unregister_qp(q->qpn());
   q->shutdown();
   ctx.forget_async_events(qp);
