@@ -567,7 +567,17 @@ int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 
 int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
   if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
-  return Qp::from(qp)->query(attr, attr_mask, init_attr);
+  Qp* q = Qp::from(qp);
+  int err = q->query(attr, attr_mask, init_attr);
+  // rdma-core's ibv_cmd_query_qp takes these from the caller's own struct: a
+  // handle of ibv_open_qp answers its own context pointer and no CQs.
+  if (!err && qp != q->ibv()) {
+    init_attr->qp_context = qp->qp_context;
+    init_attr->send_cq = qp->send_cq;
+    init_attr->recv_cq = qp->recv_cq;
+    init_attr->srq = qp->srq;
+  }
+  return err;
 }
 
 int EmuProvider::destroy_qp(ibv_qp* qp) {

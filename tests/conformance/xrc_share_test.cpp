@@ -176,6 +176,10 @@ TEST_P(XrcShareTest, OpenedHandleQueriesAndModifiesTheSharedQp) {
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
   EXPECT_EQ(q.qp_state, IBV_QPS_INIT);  // the creator's handle sees the same QP
+  ASSERT_EQ(ibv_query_qp(o, &q, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_INIT);
+  EXPECT_EQ(qi.qp_context, &tag);  // each handle answers its own qp_context
+  EXPECT_EQ(qi.qp_type, IBV_QPT_XRC_RECV);
   EXPECT_EQ(ibv_close_xrcd(x2), EBUSY);
   EXPECT_EQ(ibv_destroy_qp(o), 0);
   EXPECT_EQ(ibv_close_xrcd(x2), 0);
