@@ -585,8 +585,17 @@ int EmuProvider::destroy_qp(ibv_qp* qp) {
   Qp* q = Qp::from(qp);
   if (q->type() == IBV_QPT_XRC_RECV) {
     // One of possibly several handles (ibv_open_qp): the QP goes with the last.
-    q = release_xrc_recv_handle(qp);
-    return q ? destroy_qp_object(*q) : 0;
+    if (qp == q->ibv()) {
+      // The creator's handle, which the QP's async events go to: none reaches
+      // it any more, and those reported are acknowledged before ibv_destroy_qp
+      // returns. Done before the release, after which another thread's
+      // destroy of the last opened handle may delete the QP.
+      q->detach_events();
+      q->context().forget_async_events(qp);
+      wait_events_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->events.reported);
+    }
+    Qp* last = release_xrc_recv_handle(qp);
+    return last ? destroy_qp_object(*last) : 0;
   }
   // The kernel refuses to destroy a QP still attached to a multicast group.
   if (q->context().device().mcast_attached(q->qpn())) return kernel_error(EBUSY);

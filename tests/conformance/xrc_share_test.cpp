@@ -3,6 +3,7 @@
 // (ibv_open_qp(3)), and the ibv_wr_* API on an XRC_SEND QP
 // (ibv_wr_set_xrc_srqn, ibv_wr_post(3)).
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -297,6 +298,10 @@ TEST_P(XrcShareTest, QpLivesOnWithItsLastHandleAndDeliversAcrossContexts) {
   EXPECT_EQ(got[0].byte_len, 200u);
   EXPECT_EQ(got[0].qp_num, tgt);
   for (size_t i = 0; i < 200; ++i) ASSERT_EQ(rbuf[i], sbuf[i]) << i;
+  // The first request in RTR established communication, but the QP's events
+  // went to its creator's handle, which is gone: nothing reached either context.
+  pollfd pfd[2] = {{ctx_->async_fd, POLLIN, 0}, {ctx2_->async_fd, POLLIN, 0}};
+  EXPECT_EQ(poll(pfd, 2, 0), 0);
 
   EXPECT_EQ(ibv_destroy_qp(sqp), 0);
   scq = Cq();
