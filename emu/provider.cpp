@@ -598,21 +598,56 @@ ibv_qp_ex* EmuProvider::qp_to_qp_ex(ibv_qp* qp) {
 int EmuProvider::modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   if (failed(qp->context)) return EIO;
-  return Qp::from(qp)->modify(attr, attr_mask);
+  Qp* q = Qp::from(qp);
+  int err = q->modify(attr, attr_mask);
+  // A handle of ibv_open_qp has a struct of its own: its state follows its
+  // own modifies, as rdma-core's ibv_modify_qp keeps qp->state.
+  if (!err && qp != q->ibv()) qp->state = q->state();
+  return err;
 }
 
 int EmuProvider::query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
   if (int err = lookup_write(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
-  return Qp::from(qp)->query(attr, attr_mask, init_attr);
+  Qp* q = Qp::from(qp);
+  int err = q->query(attr, attr_mask, init_attr);
+  // rdma-core's ibv_cmd_query_qp takes these from the caller's own struct: a
+  // handle of ibv_open_qp answers its own context pointer and no CQs.
+  if (!err && qp != q->ibv()) {
+    init_attr->qp_context = qp->qp_context;
+    init_attr->send_cq = qp->send_cq;
+    init_attr->recv_cq = qp->recv_cq;
+    init_attr->srq = qp->srq;
+  }
+  return err;
 }
 
 int EmuProvider::destroy_qp(ibv_qp* qp) {
   if (int err = lookup(qp->context, ObjectType::qp, qp, qp->handle)) return kernel_error(err);
   Qp* q = Qp::from(qp);
-  Context& ctx = q->context();
+  if (q->type() == IBV_QPT_XRC_RECV) {
+    // One of possibly several handles (ibv_open_qp): the QP goes with the last.
+    if (qp == q->ibv()) {
+      // The creator's handle, which the QP's async events go to: none reaches
+      // it any more, and those reported are acknowledged before ibv_destroy_qp
+      // returns. Done before the release, after which another thread's
+      // destroy of the last opened handle may delete the QP.
+      q->detach_events();
+      q->context().forget_async_events(qp);
+      wait_events_acked(&qp->mutex, &qp->cond, &qp->events_completed, &q->events.reported);
+    }
+    Qp* last = release_xrc_recv_handle(qp);
+    return last ? destroy_qp_object(*last) : 0;
+  }
   // The kernel refuses to destroy a QP still attached to a multicast group.
-  if (ctx.device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
-  ctx.handles.remove(qp->handle);
+  if (q->context().device().mcast_attached(q->qpn())) return kernel_error(EBUSY);
+  q->context().handles.remove(qp->handle);
+  return destroy_qp_object(*q);
+}
+
+int EmuProvider::destroy_qp_object(Qp& qp_obj) {
+  Qp* q = &qp_obj;
+  ibv_qp* qp = q->ibv();
+  Context& ctx = q->context();
   trace_object(ctx.device(), "destroy_qp", q->qpn());
   ctx.device().unregister_qp(q->qpn());
   q->shutdown();

@@ -12,6 +12,8 @@
 
 namespace softverbs::emu {
 
+class Qp;
+
 class EmuProvider final : public Provider {
  public:
   static EmuProvider& instance();
@@ -89,6 +91,8 @@ class EmuProvider final : public Provider {
   // ibv_create_qp, and (extended) a QP with the ibv_wr_* API, whose send ops
   // flags the caller has checked.
   ibv_qp* create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool extended);
+  // The end of a QP whose last handle is gone (its number already freed).
+  int destroy_qp_object(Qp& qp);
 };
 
 }  // namespace softverbs::emu

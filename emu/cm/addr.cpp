@@ -475,7 +475,12 @@ Id* EmuCm::find_listener(CmDevice* dev, uint16_t ps, uint16_t port, const sockad
       wildcard = id;
       continue;
     }
-    if (id->dev == dev && bound.s_addr == want.s_addr && is_dev_v6(&id->pub.route.addr.src_addr) == want_v6) return id;
+    if (id->dev != dev) continue;
+    // No destination (RDMA_PS_IB: the REQ carries no rdma_cm header, the
+    // kernel matches an AF_IB listener by service ID alone): any listener
+    // bound on the device the REQ reached.
+    if (!dst) return id;
+    if (bound.s_addr == want.s_addr && is_dev_v6(&id->pub.route.addr.src_addr) == want_v6) return id;
   }
   return wildcard;
 }

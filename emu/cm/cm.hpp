@@ -134,6 +134,9 @@ class EmuCm final : public CmProvider, public GsiAgent {
   int move_qp_to_rts(cm::Id* id, uint8_t init_depth);
   void move_qp_to_err(cm::Id* id);
   ibv_ah_attr ah_to_peer(cm::Id* id) const;
+  // The device's XRC domain for its XRC ids, opened on first use (null and
+  // errno if it cannot be).
+  ibv_xrcd* xrcd_of(cm::CmDevice& dev);
 
   // ---- the IB CM protocol (protocol.cpp, connect.cpp) ----
   static uint8_t response_timeout();  // SOFTVERBS_CM_RESPONSE_TIMEOUT

@@ -100,7 +100,11 @@ int EmuCm::send_req(Id* id, const rdma_conn_param* param) {
   req.responder_resources = id->responder_resources;
   req.initiator_depth = id->initiator_depth;
   req.remote_cm_response_timeout = response_timeout();
-  req.transport = id->pub.qp && id->pub.qp->qp_type == IBV_QPT_UC ? w::Transport::kUc : w::Transport::kRc;
+  const ibv_qp_type qp_type = id->pub.qp ? id->pub.qp->qp_type : id->pub.qp_type;
+  req.transport = qp_type == IBV_QPT_UC ? w::Transport::kUc : qp_type == IBV_QPT_XRC_SEND ? w::Transport::kXrc : w::Transport::kRc;
+  // An XRC initiator's REQ: transport type 3 with extended transport type 1
+  // (IBTA 12.6.5 as amended by the XRC annex; the kernel's cm_req_set_qp_type).
+  if (req.transport == w::Transport::kXrc) req.extended_transport = 1;
   req.end_to_end_flow_control = param && param->flow_control;
   req.starting_psn = random_psn();
   req.local_cm_response_timeout = response_timeout();
@@ -412,7 +416,8 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
     if (ip) addr_from_header(&dst, h.ip_version == 6 ? AF_INET6 : AF_INET, h.dst_addr, port);
     listener = find_listener(cm_device(&dev), ps, port, ip ? reinterpret_cast<sockaddr*>(&dst) : nullptr);
   }
-  if (!listener || req.transport == w::Transport::kXrc || req.transport == w::Transport::kRd) {
+  const bool xrc = req.transport == w::Transport::kXrc && req.extended_transport == 1;
+  if (!listener || (req.transport == w::Transport::kXrc && !xrc) || req.transport == w::Transport::kRd) {
     send_rej_for(dev, src, hdr.tid, req.local_comm_id, 0, w::MsgKind::kReq,
                  listener ? w::RejReason::kInvalidTransportType : w::RejReason::kInvalidServiceId, nullptr, 0);
     return;
@@ -443,7 +448,10 @@ void EmuCm::on_req(Device& dev, in_addr src, const w::MadHeader& hdr, const w::R
   child->remote_ece_options = hdr.attr_mod;
   child->responder_resources = req.initiator_depth;
   child->initiator_depth = req.responder_resources;
+  // The new id's QP type is the REQ's (the kernel's cm_req_get_qp_type): an
+  // XRC initiator's peer is an XRC target.
   if (req.transport == w::Transport::kUc) child->pub.qp_type = IBV_QPT_UC;
+  if (xrc) child->pub.qp_type = IBV_QPT_XRC_RECV;
 
   Event* ev = new_event(child, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
   ev->id = listener;  // counted against the listener, as librdmacm does

@@ -3,12 +3,15 @@
 // and the transitions the CM makes (INIT at creation; RTR and RTS when the
 // connection is accepted or answered; ERR on reject and disconnect), with the
 // values IBTA 12.9 and Linux's CM take from the REQ and REP (docs/wire.md §4.5).
+#include <fcntl.h>
+
 #include <cstring>
 #include <utility>
 
 #include "core/log.hpp"
 #include "emu/cm/cm.hpp"
 #include "emu/objects/objects.hpp"
+#include "emu/objects/ops.hpp"
 #include "emu/provider.hpp"
 
 namespace softverbs::emu {
@@ -20,6 +23,12 @@ using cm::Id;
 namespace {
 
 bool is_ud(const Id* id) { return id->pub.qp_type == IBV_QPT_UD; }
+// The QP types that take the receive side's RC attributes at RTR, and those
+// that take the send side's at RTS (the kernel's cm_init_qp_rtr_attr and
+// cm_init_qp_rts_attr: an XRC target has no send queue, an initiator no
+// receive queue).
+bool rc_receiver(const Id* id) { return id->pub.qp_type == IBV_QPT_RC || id->pub.qp_type == IBV_QPT_XRC_RECV; }
+bool rc_sender(const Id* id) { return id->pub.qp_type == IBV_QPT_RC || id->pub.qp_type == IBV_QPT_XRC_SEND; }
 
 }  // namespace
 
@@ -113,7 +122,7 @@ int EmuCm::qp_attr_for(Id* id, ibv_qp_state state, ibv_qp_attr* attr, int* mask)
       attr->dest_qp_num = c->passive ? c->req.local_qpn : c->rep.local_qpn;
       attr->rq_psn = c->passive ? c->rep.starting_psn : c->req.starting_psn;
       *mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (id->pub.qp_type == IBV_QPT_RC) {
+      if (rc_receiver(id)) {
         attr->max_dest_rd_atomic = id->responder_resources;
         attr->min_rnr_timer = 0;  // what Linux's CM sets (cm_init_qp_rtr_attr)
         *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -125,12 +134,15 @@ int EmuCm::qp_attr_for(Id* id, ibv_qp_state state, ibv_qp_attr* attr, int* mask)
       if (is_ud(id)) return 0;
       if (!c) return fail(EINVAL);
       attr->sq_psn = c->passive ? c->req.starting_psn : c->rep.starting_psn;
-      if (id->pub.qp_type == IBV_QPT_RC) {
-        attr->timeout = c->req.primary.local_ack_timeout;
+      if (rc_sender(id)) {
         attr->retry_cnt = c->req.retry_count;
         attr->rnr_retry = c->passive ? c->req.rnr_retry_count : c->rep.rnr_retry_count;
         attr->max_rd_atomic = id->initiator_depth;
-        *mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+        *mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      }
+      if (rc_sender(id) || id->pub.qp_type == IBV_QPT_XRC_RECV) {
+        attr->timeout = c->req.primary.local_ack_timeout;
+        *mask |= IBV_QP_TIMEOUT;
       }
       return 0;
     default:
@@ -200,6 +212,11 @@ int EmuCm::create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
   if ((id->pub.recv_cq && attr->recv_cq && id->pub.recv_cq != attr->recv_cq) ||
       (id->pub.send_cq && attr->send_cq && id->pub.send_cq != attr->send_cq))
     return fail(EINVAL);
+  if (id->pub.qp_type == IBV_QPT_XRC_RECV && (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+    attr->xrcd = xrcd_of(*id->dev);
+    if (!attr->xrcd) return -1;
+    attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+  }
   EmuProvider& p = EmuProvider::instance();
   ibv_context* ctx = id->pub.verbs;
   // The CQs librdmacm makes for an id whose application gives none, each on
@@ -295,7 +312,14 @@ void EmuCm::destroy_qp(rdma_cm_id* pub) {
     Id* id = find_id(pub);
     if (!id) return;
     qp = std::exchange(id->pub.qp, nullptr);
-    // librdmacm's ucma_destroy_cqs: the CQs and channels it made go with the QP.
+    // librdmacm's ucma_destroy_cqs: the CQs and channels it made go with the
+    // QP, except an XRC target's, which its XRC SRQ completes into: those go
+    // with the SRQ (destroy_srq).
+    if (id->pub.qp_type == IBV_QPT_XRC_RECV && id->pub.srq) {
+      lock.unlock();
+      if (qp) EmuProvider::instance().destroy_qp(qp);
+      return;
+    }
     recv_cq = std::exchange(id->pub.recv_cq, nullptr);
     send_cq = recv_cq ? std::exchange(id->pub.send_cq, nullptr) : nullptr;
     recv_ch = std::exchange(id->pub.recv_cq_channel, nullptr);
@@ -318,7 +342,9 @@ int EmuCm::create_srq_ex(rdma_cm_id* pub, ibv_srq_init_attr_ex* attr) {
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     attr->pd = id->pub.pd;
   }
-  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC) return fail(EOPNOTSUPP);
+  const bool xrc = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC;
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC && !xrc)
+    return fail(EOPNOTSUPP);
   EmuProvider& p = EmuProvider::instance();
   if (!id->pub.recv_cq) {
     id->pub.recv_cq_channel = p.create_comp_channel(id->pub.verbs);
@@ -327,14 +353,37 @@ int EmuCm::create_srq_ex(rdma_cm_id* pub, ibv_srq_init_attr_ex* attr) {
                                   &id->pub, id->pub.recv_cq_channel, 0);
     if (!id->pub.recv_cq) return -1;
   }
-  ibv_srq_init_attr plain{};
-  plain.srq_context = attr->srq_context;
-  plain.attr = attr->attr;
-  ibv_srq* srq = p.create_srq(attr->pd, &plain);
+  ibv_srq* srq = nullptr;
+  if (xrc) {
+    // librdmacm's rdma_create_srq_ex: the device's XRC domain and the id's
+    // receive CQ unless the application names its own.
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) attr->xrcd = xrcd_of(*id->dev);
+    if (!attr->xrcd) return -1;
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) attr->cq = id->pub.recv_cq;
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    srq = op_create_srq_ex(id->pub.verbs, attr);
+  } else {
+    ibv_srq_init_attr plain{};
+    plain.srq_context = attr->srq_context;
+    plain.attr = attr->attr;
+    srq = p.create_srq(attr->pd, &plain);
+    if (srq) attr->attr = plain.attr;
+  }
   if (!srq) return -1;
-  attr->attr = plain.attr;
+  if (!id->pub.pd) id->pub.pd = attr->pd;
   id->pub.srq = srq;
   return 0;
+}
+
+ibv_xrcd* EmuCm::xrcd_of(cm::CmDevice& dev) {
+  if (!dev.xrcd) {
+    ibv_xrcd_init_attr attr{};
+    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    attr.fd = -1;
+    attr.oflags = O_CREAT;
+    dev.xrcd = op_open_xrcd(dev.context, &attr);
+  }
+  return dev.xrcd;
 }
 
 void EmuCm::destroy_srq(rdma_cm_id* pub) {

@@ -128,11 +128,14 @@ struct Channel {
 };
 
 // A device as the CM uses it: the verbs context every id on it shares
-// (id->verbs) and the default protection domain (id->pd), opened on first use.
+// (id->verbs) and the default protection domain (id->pd), opened on first use;
+// and the private XRC domain of its XRC ids, opened when the first one needs it
+// (librdmacm's ucma_get_xrcd: fd -1, O_CREAT).
 struct CmDevice {
   Device* device = nullptr;
   ibv_context* context = nullptr;
   ibv_pd* pd = nullptr;
+  ibv_xrcd* xrcd = nullptr;
 };
 
 struct Id {

@@ -97,6 +97,12 @@ void Context::post_async_event(const ibv_async_event& event) {
   }
   {
     std::lock_guard lock(async_mu_);
+    // Checked under the queue's lock, so that an event raised while the
+    // handle is being destroyed is either dropped here or forgotten there.
+    if (event_element(event.event_type) == EventElement::qp) {
+      const Qp* q = Qp::from(event.element.qp);  // null for a raised event naming no QP
+      if (q && q->events_detached()) return;
+    }
     async_events_.push_back(event);
   }
   give_token(handle_.pub.context.async_fd);

@@ -574,6 +574,15 @@ struct XrcDomain {
   dev_t dev = 0;
   ino_t ino = 0;
   bool anonymous = true;
+  // The XRC_RECV QPs created in the domain, by number, each with the count of
+  // its handles (the creator's and those of ibv_open_qp): the QP lives until
+  // the last one is destroyed (the kernel's xrcd->tgt_qps and real_qp->usecnt).
+  struct TgtQp {
+    Qp* qp = nullptr;
+    int handles = 0;
+  };
+  std::mutex mu;
+  std::map<uint32_t, TgtQp> tgt_qps;
 };
 
 // One ibv_open_xrcd: a handle on a domain. SRQs created through it count as
@@ -591,7 +600,7 @@ class Xrcd {
   // against the PD of the SRQ a request names (IBTA 14.2.4).
   Pd& qp_pd() { return qp_pd_; }
 
-  UseCount users;       // XRC SRQs and XRC_RECV QPs created through this handle
+  UseCount users;       // XRC SRQs and XRC_RECV QPs created or opened through this handle
   uint32_t number = 0;  // the context's object number (rdma-core keeps it in verbs_xrcd)
 
  private:

@@ -302,6 +302,7 @@ void install_context_ops(verbs_context* vctx) {
   vctx->close_xrcd = op_close_xrcd;
   vctx->create_srq_ex = op_create_srq_ex;
   vctx->get_srq_num = op_get_srq_num;
+  vctx->open_qp = op_open_qp;
   // Binaries built against libibverbs 1.1.x reach these compatibility slots.
   vctx->context.ops._compat_query_port = reinterpret_cast<decltype(ops._compat_query_port)>(
       dlsym(RTLD_DEFAULT, "ibv_query_port"));

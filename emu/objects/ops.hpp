@@ -10,6 +10,7 @@ namespace softverbs::emu {
 class Context;
 class Cq;
 class ParentDomain;
+class Qp;
 
 void install_context_ops(verbs_context* vctx);
 void install_cq_ex_ops(ibv_cq_ex* cq);
@@ -39,6 +40,13 @@ int op_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 // ibv_create_qp_ex of an XRC_SEND or XRC_RECV QP, after check_create_qp_ex
 // (emu/objects/xrcd.cpp). NULL and errno on failure.
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
+// The open_qp slot (ibv_open_qp): another handle on an XRC_RECV QP of a domain.
+ibv_qp* op_open_qp(ibv_context* context, ibv_qp_open_attr* attr);
+// ibv_destroy_qp of one handle on an XRC_RECV QP (the creator's or an opened
+// one), after its number was checked: the handle's number is freed (an opened
+// handle is deleted); answers the QP when that was its last handle, for the
+// caller to destroy, else null.
+Qp* release_xrc_recv_handle(ibv_qp* handle);
 
 // The memory window slots of ibv_context_ops (emu/objects/mw.cpp).
 ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type);

@@ -4,12 +4,15 @@
 // XRC responder resolves an XRCETH with (IBTA 9.5, 14.2.4).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
+#include <pthread.h>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 
 #include "emu/objects/domain.hpp"
@@ -18,6 +21,7 @@
 #include "emu/objects/trace.hpp"
 #include "emu/provider.hpp"
 #include "emu/qp/qp.hpp"
+#include "emu/qp/wr_batch.hpp"
 #include "emu/device/caps.hpp"
 
 namespace softverbs::emu {
@@ -49,8 +53,10 @@ constexpr uint32_t kSrqnMask = 0xFFFFFF;
 
 // ibv_open_xrcd as mlx5 over the kernel does it (ibv_cmd_open_xrcd,
 // ib_uverbs_open_xrcd): comp_mask must name the fd and the oflags; an fd names
-// the file whose domain is shared, -1 asks for a private domain; without
-// O_CREAT the file's domain must exist, with O_EXCL it must not (EINVAL).
+// the file whose domain is shared (by its inode), -1 asks for a private domain
+// whatever the oflags say; without O_CREAT the file's domain must exist
+// (EAGAIN), with O_EXCL it must not (EINVAL: the kernel's answers, where
+// open(2) would say ENOENT and EEXIST).
 ibv_xrcd* open_xrcd_unguarded(ibv_context* context, ibv_xrcd_init_attr* attr) {
   Context* ctx = Context::from(context);
   if (ctx->device().fatal()) return fail<ibv_xrcd>(EIO);
@@ -62,6 +68,7 @@ ibv_xrcd* open_xrcd_unguarded(ibv_context* context, ibv_xrcd_init_attr* attr) {
     domain = std::make_shared<XrcDomain>();
     domain->device_index = ctx->device().index();
   } else {
+    // Any other negative number is a bad descriptor, as fdget finds it.
     struct stat st {};
     if (fstat(attr->fd, &st) != 0) return fail<ibv_xrcd>(EBADF);
     const DomainKey key{ctx->device().index(), st.st_dev, st.st_ino};
@@ -70,8 +77,12 @@ ibv_xrcd* open_xrcd_unguarded(ibv_context* context, ibv_xrcd_init_attr* attr) {
     if (it != g_domains.end()) domain = it->second.lock();
     if (domain && (attr->oflags & O_EXCL)) return fail<ibv_xrcd>(EINVAL);
     if (!domain) {
-      if (!(attr->oflags & O_CREAT)) return fail<ibv_xrcd>(EINVAL);
-      domain = std::make_shared<XrcDomain>(XrcDomain{key.device_index, key.dev, key.ino, false});
+      if (!(attr->oflags & O_CREAT)) return fail<ibv_xrcd>(EAGAIN);
+      domain = std::make_shared<XrcDomain>();
+      domain->device_index = key.device_index;
+      domain->dev = key.dev;
+      domain->ino = key.ino;
+      domain->anonymous = false;
       g_domains[key] = domain;
     }
   }
@@ -145,12 +156,15 @@ int get_srq_num(ibv_srq* srq, uint32_t* srq_num) {
 // The XRC QPs (IBTA 14.2.4.3): an XRC_SEND (initiator) QP has a send queue
 // and a send CQ on its PD and no receive side (its receive CQ is ignored); an
 // XRC_RECV (target) QP has neither queue nor CQ, only its domain, and
-// delivers into the XRC SRQs its requests name. The ibv_wr_* API is not
-// offered on either (EOPNOTSUPP).
+// delivers into the XRC SRQs its requests name. The ibv_wr_* API is offered
+// on XRC_SEND with mlx5's operations (the RC set, plus ibv_wr_set_xrc_srqn);
+// an XRC_RECV QP has no send queue (EOPNOTSUPP, as mlx5_qp_fill_wr_pfns).
 ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   Context* ctx = Context::from(context);
   if (ctx->device().fatal()) return fail<ibv_qp>(EIO);
-  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) return fail<ibv_qp>(EOPNOTSUPP);
+  const bool extended = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (extended && (attr->qp_type != IBV_QPT_XRC_SEND || (attr->send_ops_flags & ~supported_send_ops(attr->qp_type))))
+    return fail<ibv_qp>(EOPNOTSUPP);
   ibv_qp_init_attr base{};
   base.qp_context = attr->qp_context;
   base.qp_type = attr->qp_type;
@@ -171,6 +185,11 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
       return fail<ibv_qp>(EINVAL);
     base.cap = cap;
     base.cap.max_recv_wr = base.cap.max_recv_sge = 0;
+    // Inline room at least as large as the SGEs' descriptors, as mlx5 and rxe
+    // size it from the WQE (rdma_xclient posts 16 inline bytes with
+    // max_inline_data 0 and one SGE). What is granted is written back.
+    base.cap.max_inline_data = std::min<uint32_t>(
+        std::max<uint32_t>(cap.max_inline_data, cap.max_send_sge * sizeof(ibv_sge)), caps::kMaxInlineData);
     // Inside, the send CQ stands in for the receive CQ the QP does not have.
     base.send_cq = base.recv_cq = attr->send_cq;
     pd = Pd::from(attr->pd);
@@ -179,6 +198,7 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     domain = parent_domain_of(attr->pd);
     qp = std::make_unique<Qp>(*pd, base, domain);
     qp->ibv()->pd = attr->pd;
+    if (extended) qp->make_extended();
     qp->ibv()->recv_cq = attr->recv_cq;  // as given: rdma-core keeps what the caller passed
   } else {
     if (attr->xrcd->context != context) return fail<ibv_qp>(EINVAL);
@@ -187,9 +207,17 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     pd = &xrcd->qp_pd();
     qp = std::make_unique<Qp>(*pd, base);
     qp->set_xrcd(xrcd);
-    qp->ibv()->pd = nullptr;
+    // What the caller passed, as rdma-core's set_qp copies it (librdmacm then
+    // takes it as the id's PD); NULL when none.
+    qp->ibv()->pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
   }
   qp->set_qpn(ctx->device().register_qp(qp.get()));
+  if (xrcd) {
+    // The domain finds it by number for ibv_open_qp; this is its first handle.
+    XrcDomain& d = *xrcd->domain();
+    std::lock_guard lock(d.mu);
+    d.tgt_qps[qp->qpn()] = XrcDomain::TgtQp{qp.get(), 1};
+  }
   attr->cap = qp->cap();
   qp->ibv()->handle = ctx->handles.add(ObjectType::qp, qp->ibv());
   trace_object(ctx->device(), "create_qp", qp->qpn());
@@ -203,9 +231,93 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
   return qp.release()->ibv();
 }
 
+// A handle ibv_open_qp gives on an XRC_RECV QP: a public struct of its own in
+// the opener's context (its number, its qp_context) whose owner is the shared
+// QP itself, so that every verb finding the QP through the struct (query,
+// modify) acts on the one QP, as the kernel's opened ib_qp forwards to its
+// real_qp. The Handle comes first: the struct's address is the object's.
+struct OpenedQp {
+  Handle<ibv_qp_ex, Qp> handle;
+  Xrcd* via = nullptr;  // the domain handle it was opened through (one of its users)
+};
+static_assert(std::is_standard_layout_v<OpenedQp>);
+
+// ibv_open_qp as mlx5 over the kernel does it: rdma-core's ibv_cmd_open_qp
+// wants the XRCD, the number and the type in comp_mask (EINVAL; an unknown bit
+// EOPNOTSUPP); ib_uverbs_open_qp finds the XRCD by its number in this context
+// and ib_open_qp wants an XRC target QP of that number in the domain: EINVAL
+// for each. Only XRC_RECV QPs can be opened (IBTA 14.2.4.3: other QPs belong
+// to one consumer).
+ibv_qp* open_qp_unguarded(ibv_context* context, ibv_qp_open_attr* attr) {
+  Context* ctx = Context::from(context);
+  if (ctx->device().fatal()) return fail<ibv_qp>(EIO);
+  if (attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED) return fail<ibv_qp>(EOPNOTSUPP);
+  constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE;
+  if ((attr->comp_mask & kNeeded) != kNeeded) return fail<ibv_qp>(EINVAL);
+  if (!attr->xrcd || attr->xrcd->context != context) return fail<ibv_qp>(EINVAL);
+  Xrcd* via = Xrcd::from(attr->xrcd);
+  if (ctx->handles.check(ObjectType::xrcd, attr->xrcd, via->number)) return fail<ibv_qp>(EINVAL);
+  if (attr->qp_type != IBV_QPT_XRC_RECV) return fail<ibv_qp>(EINVAL);
+  auto opened = std::make_unique<OpenedQp>();
+  XrcDomain& d = *via->domain();
+  std::lock_guard lock(d.mu);
+  auto it = d.tgt_qps.find(attr->qp_num);
+  if (it == d.tgt_qps.end()) return fail<ibv_qp>(EINVAL);
+  Qp* shared = it->second.qp;
+  ibv_qp& pub = opened->handle.pub.qp_base;
+  pub.context = context;
+  pub.qp_context = attr->qp_context;
+  pub.qp_num = shared->qpn();
+  pub.qp_type = IBV_QPT_XRC_RECV;
+  pub.state = shared->state();
+  pthread_mutex_init(&pub.mutex, nullptr);
+  pthread_cond_init(&pub.cond, nullptr);
+  opened->handle.owner = shared;
+  opened->via = via;
+  pub.handle = ctx->handles.add(ObjectType::qp, &pub);
+  ++it->second.handles;
+  via->users.get();
+  return &opened.release()->handle.pub.qp_base;
+}
+
 }  // namespace
 
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) { return create_xrc_qp_unguarded(context, attr); }
+
+ibv_qp* op_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
+  try {
+    return open_qp_unguarded(context, attr);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (...) {
+    errno = EIO;
+  }
+  return nullptr;
+}
+
+// The creator's handle may go first: its number is freed, but the QP keeps
+// its public struct, its context and its creator's domain handle (whose
+// ibv_close_xrcd answers EBUSY meanwhile) until the last opened handle goes.
+// No async event reaches an opened handle: they go to the creator's context.
+Qp* release_xrc_recv_handle(ibv_qp* handle) {
+  Qp* q = Qp::from(handle);
+  XrcDomain& d = *q->xrcd()->domain();
+  Context& ctx = *Context::from(handle->context);
+  std::lock_guard lock(d.mu);
+  ctx.handles.remove(handle->handle);
+  if (handle != q->ibv()) {
+    auto* opened = reinterpret_cast<OpenedQp*>(handle);
+    Xrcd* via = opened->via;
+    pthread_mutex_destroy(&handle->mutex);
+    pthread_cond_destroy(&handle->cond);
+    delete opened;
+    via->users.put();
+  }
+  auto it = d.tgt_qps.find(q->qpn());
+  if (it == d.tgt_qps.end() || --it->second.handles > 0) return nullptr;
+  d.tgt_qps.erase(it);
+  return q;
+}
 
 Xrcd::Xrcd(Context& ctx, std::shared_ptr<XrcDomain> domain) : ctx_(ctx), domain_(std::move(domain)), qp_pd_(ctx) {
   handle_.owner = this;

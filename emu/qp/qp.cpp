@@ -426,7 +426,7 @@ void Qp::after_post_send_locked(ibv_qp_state state) {
 }
 
 void Qp::make_extended() {
-  batch_ = std::make_unique<WrBatch>(cap_.max_send_wr, sq_.max_sge(), cap_.max_inline_data, type_ == IBV_QPT_UD);
+  batch_ = std::make_unique<WrBatch>(cap_.max_send_wr, sq_.max_sge(), cap_.max_inline_data, type_);
   install_wr_ops(&handle_.pub);
 }
 

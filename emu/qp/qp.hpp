@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <atomic>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -96,6 +97,11 @@ class Qp {
   void set_ece_options(uint32_t options);
 
   EventCount events;
+  // An XRC_RECV QP whose creator's handle is destroyed while handles of
+  // ibv_open_qp remain: its async events, which go to that handle only, are
+  // dropped from then on (Context::post_async_event).
+  void detach_events() { events_detached_.store(true, std::memory_order_release); }
+  bool events_detached() const { return events_detached_.load(std::memory_order_acquire); }
 
   // ---- the transport engine (requester.cpp, responder.cpp, completer.cpp)
   // Entry point for a packet addressed to this QP; called by the device's
@@ -271,6 +277,7 @@ class Qp {
   Cq* recv_cq_;
   Srq* srq_;  // XRC_RECV: the SRQ the last request was for (it holds a use of it)
   Xrcd* xrcd_ = nullptr;
+  std::atomic<bool> events_detached_{false};
   bool sq_sig_all_;
   EarlyPost early_post_;
   ibv_qp_cap cap_{};

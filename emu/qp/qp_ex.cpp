@@ -11,7 +11,7 @@ namespace softverbs::emu {
 
 // ---- WrBatch ---------------------------------------------------------------
 
-WrBatch::WrBatch(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline, bool ud)
+WrBatch::WrBatch(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline, ibv_qp_type type)
     : max_wr_(max_wr),
       max_sge_(max_sge ? max_sge : 1),
       max_inline_(max_inline),
@@ -19,7 +19,9 @@ WrBatch::WrBatch(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline, bool ud
       needs_(max_wr),
       sges_(static_cast<size_t>(max_wr) * (max_sge ? max_sge : 1)),
       inline_(static_cast<size_t>(max_wr) * max_inline),
-      ud_(ud) {}
+      dest_need_(type == IBV_QPT_UD         ? kNeedUdAddr
+                 : type == IBV_QPT_XRC_SEND ? kNeedXrcSrqn
+                                            : 0) {}
 
 void WrBatch::start() {
   const std::thread::id me = std::this_thread::get_id();
@@ -59,7 +61,7 @@ ibv_send_wr* WrBatch::begin(const ibv_qp_ex& qpx, ibv_wr_opcode opcode, bool nee
   wr.opcode = opcode;
   // The data setter, not IBV_SEND_INLINE, says whether the payload is inline.
   wr.send_flags = qpx.wr_flags & ~static_cast<unsigned>(IBV_SEND_INLINE);
-  needs_[count_] = static_cast<uint8_t>((needs_data ? kNeedData : 0) | (ud_ ? kNeedUdAddr : 0));
+  needs_[count_] = static_cast<uint8_t>((needs_data ? kNeedData : 0) | dest_need_);
   ++count_;
   current_ok_ = true;
   return &wr;
@@ -126,6 +128,18 @@ void WrBatch::set_ud_addr(ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey)
   need &= static_cast<uint8_t>(~kNeedUdAddr);
 }
 
+// The SRQ of the target the request goes to (IBTA 9.5, the XRCETH); mlx5
+// takes it for every XRC_SEND work request, as ibv_post_send takes
+// wr.qp_type.xrc.remote_srqn.
+void WrBatch::set_xrc_srqn(uint32_t remote_srqn) {
+  ibv_send_wr* wr = current();
+  if (!wr) return;
+  uint8_t& need = needs_[count_ - 1];
+  if (!(need & kNeedXrcSrqn)) return fail(EINVAL);  // not XRC_SEND, or set twice
+  wr->qp_type.xrc.remote_srqn = remote_srqn;
+  need &= static_cast<uint8_t>(~kNeedXrcSrqn);
+}
+
 int WrBatch::error() const {
   if (error_) return error_;
   for (size_t i = 0; i < count_; ++i)
@@ -139,6 +153,7 @@ uint64_t supported_send_ops(ibv_qp_type type) {
                            IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW;
   switch (type) {
     case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND:  // mlx5: MLX5_SUPPORTED_SEND_OPS_FLAGS_XRC is the RC set
       return kUc | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
     case IBV_QPT_UC:
       return kUc;
@@ -252,13 +267,14 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   if (WrBatch* b = building(qpx)) b->set_ud_addr(ah, remote_qpn, remote_qkey);
 }
 
-// Operations no emulated QP accepts at creation (TSO, XRC, atomic write). The
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
+  if (WrBatch* b = building(qpx)) b->set_xrc_srqn(remote_srqn);
+}
+
+// Operations no emulated QP accepts at creation (TSO, atomic write). The
 // pointers are set anyway, so that a call fails the batch instead of jumping
 // to NULL.
 void wr_send_tso(ibv_qp_ex* qpx, void*, uint16_t, uint16_t) {
-  if (WrBatch* b = building(qpx)) b->fail(EOPNOTSUPP);
-}
-void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t) {
   if (WrBatch* b = building(qpx)) b->fail(EOPNOTSUPP);
 }
 void wr_atomic_write(ibv_qp_ex* qpx, uint32_t, uint64_t, const void*) {

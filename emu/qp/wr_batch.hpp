@@ -35,8 +35,9 @@ class WrBatch {
  public:
   // Room for max_wr work requests of up to max_sge SGEs and max_inline inline
   // bytes each: the send queue's own limits, so a batch never holds what the
-  // queue could not. A UD batch's work requests also need an address.
-  WrBatch(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline, bool ud);
+  // queue could not. A UD batch's work requests also need an address, an
+  // XRC_SEND batch's the remote SRQ number (ibv_wr_set_xrc_srqn).
+  WrBatch(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline, ibv_qp_type type);
 
   // ---- ownership (ibv_wr_start / ibv_wr_complete / ibv_wr_abort) ----------
   void start();
@@ -56,6 +57,7 @@ class WrBatch {
   void set_sge_list(size_t num_sge, const ibv_sge* sg_list);
   void set_inline_list(size_t num_buf, const ibv_data_buf* buf_list);
   void set_ud_addr(ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
+  void set_xrc_srqn(uint32_t remote_srqn);
   // Keeps the first error of the batch.
   void fail(int err) {
     if (!error_) error_ = err;
@@ -63,13 +65,14 @@ class WrBatch {
 
   // ---- completing ---------------------------------------------------------
   // The first error recorded while building, or EINVAL for a work request left
-  // without its data (an SGE or inline setter) or, UD, without its address.
+  // without its data (an SGE or inline setter) or, UD, without its address
+  // or, XRC_SEND, without its SRQ number.
   int error() const;
   std::span<const ibv_send_wr> wrs() const { return {wrs_.data(), count_}; }
 
  private:
   // What a staged work request still needs from the setters.
-  enum Need : uint8_t { kNeedData = 1, kNeedUdAddr = 2 };
+  enum Need : uint8_t { kNeedData = 1, kNeedUdAddr = 2, kNeedXrcSrqn = 4 };
 
   uint32_t max_wr_;
   uint32_t max_sge_;
@@ -81,7 +84,7 @@ class WrBatch {
   size_t count_ = 0;
   bool current_ok_ = false;  // the last builder staged a work request
   int error_ = 0;
-  bool ud_;
+  uint8_t dest_need_;  // kNeedUdAddr (UD), kNeedXrcSrqn (XRC_SEND) or 0
 
   std::mutex mu_;
   std::condition_variable free_;
@@ -93,7 +96,8 @@ class WrBatch {
 void install_wr_ops(ibv_qp_ex* qpx);
 
 // The IBV_QP_EX_WITH_* operations a ConnectX accepts for a QP type (mlx5's
-// per-type sets: UD only sends, UC no reads or atomics); 0 for other types.
+// per-type sets: UD only sends, UC no reads or atomics, XRC_SEND as RC); 0 for
+// other types.
 uint64_t supported_send_ops(ibv_qp_type type);
 
 }  // namespace softverbs::emu

@@ -2,7 +2,8 @@
 // librdmacm.so.1 and the emulated CM: a server and a client process on one host,
 // each on its own emulated device (tests/clients/cm_pair.hpp), each run bounded in
 // time, its output checked: rping's pings, ucmatose's and udaddy's "return status 0",
-// rdma_server's and rdma_client's "end 0", cmtime's table of steps, perftest -R's
+// rdma_server's and rdma_client's "end 0" (rdma_xserver's and rdma_xclient's
+// too, over XRC), cmtime's table of steps, perftest -R's
 // results row; and rping with no configuration at all (the loopback service).
 //
 // Not here: the rsockets programs (rstream, riostream, rcopy, udpong), in
@@ -335,6 +336,41 @@ TEST(RdmaServerClient, EndZero) {
   expect_stderr(r.client, "client", {}, r);
   expect_clean_devices(r);
 }
+
+// rdma_xserver / rdma_xclient -c x: the same calls over XRC (RDMA_PS_IB,
+// IBV_QPT_XRC_RECV and XRC_SEND from rdma_getaddrinfo): the CM's XRC REQ, the
+// target QP on the device's XRC domain, an XRC SRQ from rdma_create_srq whose
+// number travels in the REP's private data, and one inline send naming it.
+// RoCE and InfiniBand link layers. ("-c r", the RC run, posts the same 16
+// inline bytes on an RC QP created with max_inline_data 0, which only XRC_SEND
+// QPs round up: docs/compatibility.md, "Queue pairs".)
+class RdmaXServerClient : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(RdmaXServerClient, EndZero) {
+  ASSERT_TRUE(installed(bin("rdma_xserver"), "rdmacm-utils"));
+  const std::string type = GetParam().first;
+  CmPair r = run_cm_pair({.server = [&](const CmAddrs& a) -> std::vector<std::string> {
+                            return {bin("rdma_xserver"), "-c", type, "-p", std::to_string(a.port)};
+                          },
+                          .client = [&](const CmAddrs& a) -> std::vector<std::string> {
+                            return {bin("rdma_xclient"), "-c", type, "-s", a.server, "-p", std::to_string(a.port)};
+                          },
+                          .limit = kCmLimit,
+                          .link = GetParam().second});
+  ASSERT_TRUE(r.both_succeeded()) << r.describe();
+  EXPECT_NE(r.server.out.find("rdma_xserver: end 0"), std::string::npos) << r.describe();
+  EXPECT_NE(r.client.out.find("rdma_xclient: end 0"), std::string::npos) << r.describe();
+  expect_stderr(r.server, "server", {}, r);
+  expect_stderr(r.client, "client", {}, r);
+  expect_clean_devices(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RdmaXServerClient,
+                         ::testing::Values(std::pair{"x", ""}, std::pair{"x", "/ib"}),
+                         [](const ::testing::TestParamInfo<std::pair<const char*, const char*>>& info) {
+                           return std::string(info.param.first[0] == 'x' ? "Xrc" : "Rc") +
+                                  (info.param.second[0] ? "Ib" : "Roce");
+                         });
 
 // ---------------------------------------------------------------------------
 // cmtime: 100 connections set up and torn down, each step timed. rdma-core 44's

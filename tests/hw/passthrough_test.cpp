@@ -149,9 +149,10 @@ TEST_F(Passthrough, ControlPathSlotsAreWrappedDataPathSlotsAreNot) {
   EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->open_xrcd)));
   EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->alloc_td)));
   EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->alloc_parent_domain)));
+  EXPECT_TRUE(in_outer(reinterpret_cast<void*>(vctx->open_qp)));
   // Slots the inner library left empty stay empty: the inline verb still
   // answers EOPNOTSUPP on its own, without a call.
-  EXPECT_EQ(vctx->open_qp, nullptr);
+  EXPECT_EQ(vctx->create_wq, nullptr);
   EXPECT_FALSE(in_outer(reinterpret_cast<void*>(ctx_->ops.post_send)));
   EXPECT_FALSE(in_outer(reinterpret_cast<void*>(ctx_->ops.poll_cq)));
 
@@ -169,8 +170,8 @@ TEST_F(Passthrough, ControlPathSlotsAreWrappedDataPathSlotsAreNot) {
   EXPECT_EQ(errno, EINVAL);
   // ...and an empty one answers EOPNOTSUPP from the inline verb itself.
   errno = 0;
-  ibv_qp_open_attr oattr{};
-  EXPECT_EQ(ibv_open_qp(ctx_, &oattr), nullptr);
+  ibv_wq_init_attr wattr{};
+  EXPECT_EQ(ibv_create_wq(ctx_, &wattr), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
 }
 

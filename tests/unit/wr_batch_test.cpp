@@ -1,6 +1,6 @@
 // The extended post API's handling of misuse (emu/qp/wr_batch.hpp): calls out of
-// order, from the wrong thread, setters twice or missing, and the operations no
-// emulated QP offers. mlx5 checks none of this and corrupts its queue; here each
+// order, from the wrong thread, setters twice, missing or out of place, and the
+// operations no emulated QP offers. mlx5 checks none of this and corrupts its queue; here each
 // case changes nothing or fails the batch, and never touches memory it should not.
 // Also the translation of each builder into the ibv_send_wr the post path takes.
 #include <gtest/gtest.h>
@@ -163,12 +163,18 @@ TEST_F(WrBatchTest, OperationsNoQpOffersFailWithEopnotsupp) {
   x_->wr_send_tso(x_, nullptr, 0, 0);
   EXPECT_EQ(ibv_wr_complete(x_), EOPNOTSUPP);
   ibv_wr_start(x_);
-  ibv_wr_set_xrc_srqn(x_, 1);
-  EXPECT_EQ(ibv_wr_complete(x_), EOPNOTSUPP);
-  ibv_wr_start(x_);
   uint64_t value = 0;
   ibv_wr_atomic_write(x_, 0, 0, &value);
   EXPECT_EQ(ibv_wr_complete(x_), EOPNOTSUPP);
+}
+
+// An SRQ number belongs to XRC_SEND work requests only (mlx5 sets the setter
+// on XRC QPs alone): elsewhere it is a setter out of place.
+TEST_F(WrBatchTest, XrcSrqnOnAnotherQpTypeFailsTheBatch) {
+  ibv_wr_start(x_);
+  ud_send();
+  ibv_wr_set_xrc_srqn(x_, 1);
+  EXPECT_EQ(ibv_wr_complete(x_), EINVAL);
 }
 
 TEST_F(WrBatchTest, OnlyTheStartingThreadBuilds) {
