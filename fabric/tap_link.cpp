@@ -11,9 +11,9 @@ void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   inner_.send(dst, packet, tos);
 }
 
-void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
-  if (pcap_ && !(hub_ && hub_->find(src))) pcap_->write(clock_, src, self_, sport, packet);
-  up_->receive(src, sport, packet);
+void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
+  if (pcap_ && !(hub_ && hub_->find(src))) pcap_->write(clock_, src, self_, sport, packet, ip.tos);
+  up_->receive(src, sport, packet, ip);
 }
 
 }  // namespace softverbs::fabric

@@ -211,7 +211,8 @@ class Device final : private fabric::PacketSink {
 
  private:
   // fabric::PacketSink: the receive path, called under rx_mu_.
-  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) override;
+  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view,
+             wire::IpFields ip = {}) override;
   void deliver(in_addr src, const wire::PacketView& view) override;
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
   bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "conformance.hpp"
@@ -52,7 +53,8 @@ class UdTest : public VerbsCqTest {
   }
 
   // Sends `len` bytes from offset 0 of the buffer to `to`.
-  int send(ibv_qp* from, ibv_qp* to, uint32_t len, uint64_t wr_id, uint32_t qkey = kQkey, bool imm = false) {
+  int send(ibv_qp* from, ibv_qp* to, uint32_t len, uint64_t wr_id, uint32_t qkey = kQkey, bool imm = false,
+           ibv_ah* ah = nullptr) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
@@ -62,7 +64,7 @@ class UdTest : public VerbsCqTest {
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.wr.ud.ah = ah_.get();
+    wr.wr.ud.ah = ah ? ah : ah_.get();
     wr.wr.ud.remote_qpn = to->qp_num;
     wr.wr.ud.remote_qkey = qkey;
     return ibv_post_send(from, &wr, &bad);
@@ -138,6 +140,56 @@ TEST_P(UdTest, SendsArriveAfterTheGrhWithTheSourceQp) {
       EXPECT_EQ(wc.slid, pattr_.lid) << "the sender's LID";
     }
   }
+}
+
+// The traffic class a datagram is sent with (its AH's, the IPv4 TOS byte on
+// RoCEv2) shows on the receiving side in the IPv4 header of the GRH area, with
+// the TTL it arrived with (the hop limit) and a zero first word (no flow label,
+// as rxe writes it). ibv_init_ah_from_wc reads them back into the reply's
+// address, so a reply through ibv_create_ah_from_wc carries the same class.
+TEST_P(UdTest, TrafficClassArrivesInTheGrhAndGoesBackThroughTheWcAh) {
+  if (!is_ethernet()) GTEST_SKIP() << "no GRH on an InfiniBand port's emulated wire";
+  ibv_ah_attr attr = loopback_ah_attr();
+  attr.grh.traffic_class = 0xb8;  // DSCP 46 (expedited forwarding), ECN 0
+  Ah tc_ah(ibv_create_ah(pd_, &attr));
+  ASSERT_TRUE(tc_ah) << std::strerror(errno);
+  uint8_t* grh = buf_.data() + 32 * 1024;
+  std::memset(grh, 0xee, kGrh + 64);
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 64, 300));
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 301, kQkey, false, tc_ah.get()), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(300, &wc)) << "no receive completion";
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  ASSERT_TRUE(wc.wc_flags & IBV_WC_GRH);
+  observe("recv.grh.tos", std::to_string(grh[21]));
+  observe("recv.grh.ttl", std::to_string(grh[28]));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(grh[i], 0) << "GRH byte " << i << " (before the IPv4 header)";
+  EXPECT_EQ(grh[20], 0x45) << "IPv4, 20-byte header";
+  EXPECT_EQ(grh[21], 0xb8) << "the TOS byte is the sender's traffic class";
+  EXPECT_EQ(grh[28], 64) << "the TTL the datagram arrived with";
+  ibv_ah_attr back{};
+  ASSERT_EQ(ibv_init_ah_from_wc(ctx_, kPort, &wc, reinterpret_cast<ibv_grh*>(grh), &back), 0) << std::strerror(errno);
+  EXPECT_EQ(back.grh.traffic_class, 0xb8);
+  EXPECT_EQ(back.grh.hop_limit, 64);
+  EXPECT_EQ(back.grh.flow_label, 0u);
+  // The reply, from b to a through the address made from the completion.
+  Ah reply(ibv_create_ah_from_wc(pd_, &wc, reinterpret_cast<ibv_grh*>(grh), kPort));
+  ASSERT_TRUE(reply) << std::strerror(errno);
+  ASSERT_TRUE(wait_for(301, &wc)) << "no send completion";
+  std::memset(grh, 0xee, kGrh + 64);
+  ASSERT_NO_FATAL_FAILURE(post_recv(a_.get(), kGrh + 64, 302));
+  ASSERT_EQ(send(b_.get(), a_.get(), 64, 303, kQkey, false, reply.get()), 0);
+  ASSERT_TRUE(wait_for(302, &wc)) << "no receive completion of the reply";
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(grh[21], 0xb8) << "the reply's traffic class";
+  ASSERT_TRUE(wait_for(303, &wc));
+  // Traffic class 0 arrives as 0 (no class left over from another datagram).
+  std::memset(grh, 0xee, kGrh + 64);
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 64, 304));
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 305), 0);
+  ASSERT_TRUE(wait_for(304, &wc));
+  EXPECT_EQ(grh[21], 0);
+  ASSERT_TRUE(wait_for(305, &wc));
 }
 
 // A datagram whose Q_Key is not the receiving QP's is dropped silently: no
