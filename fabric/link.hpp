@@ -25,6 +25,9 @@ namespace softverbs::fabric {
 // What a link counts, as part of the device's counters (emu/objects/objects.hpp).
 struct LinkCounters {
   std::atomic<uint64_t> tx_packets{0}, rx_packets{0}, rx_icrc_errors{0};
+  // What went out: the packets' IPv4 datagram bytes (IP and UDP headers, BTH ..
+  // ICRC), and how many of the packets went to a multicast group.
+  std::atomic<uint64_t> tx_bytes{0}, tx_multicast{0};
   // What the fault layer did (docs/faults.md).
   std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
       faults_reordered{0}, faults_naks_forged{0};

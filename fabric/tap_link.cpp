@@ -1,12 +1,23 @@
 // TapLink: transmit counter and packet capture.
 #include "fabric/tap_link.hpp"
 
+#include <arpa/inet.h>
+
 #include "wire/headers.hpp"
 
 namespace softverbs::fabric {
+namespace {
+
+// The IPv4 and UDP headers in front of every packet: the octets a port
+// counter counts are the datagram's (docs/compatibility.md, "Counters").
+constexpr size_t kIpUdpHeaders = 20 + 8;
+
+}  // namespace
 
 void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  counters_.tx_bytes.fetch_add(kIpUdpHeaders + packet.size(), std::memory_order_relaxed);
+  if (IN_MULTICAST(ntohl(dst.s_addr))) counters_.tx_multicast.fetch_add(1, std::memory_order_relaxed);
   if (pcap_) pcap_->write(clock_, self_, dst, wire::kRoceV2UdpPort, packet, tos);
   inner_.send(dst, packet, tos);
 }

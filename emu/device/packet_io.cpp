@@ -105,6 +105,9 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
   }
   // Not in the UDP payload: the IP header's fields, for a UD receive's GRH.
   pkt.ip = ip;
+  // The port's data counter counts the datagram: IPv4 and UDP headers too.
+  counters_.rx_bytes.fetch_add(20 + 8 + packet.size(), std::memory_order_relaxed);
+  if (pkt.bth.dest_qp == wire::kMulticastQpn) counters_.rx_multicast.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -333,6 +333,7 @@ RespStep Qp::resp_nak_psn_locked(RespContext& r) {
   // expected PSN arrives.
   SV_LOG(kDebug, "qp 0x%06x: request psn %u out of sequence, expected %u%s", qpn(), r.psn, resp_.epsn,
          resp_.nak_sent ? "" : ", NAK");
+  device().counters().out_of_seq_requests.fetch_add(1, std::memory_order_relaxed);
   if (!resp_.nak_sent) {
     resp_.nak_sent = true;
     device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
@@ -347,6 +348,7 @@ RespStep Qp::resp_duplicate_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint32_t psn = r.psn;
   device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
+  device().counters().dup_requests.fetch_add(1, std::memory_order_relaxed);
   SV_LOG(kDebug, "qp 0x%06x: duplicate request psn %u, expected %u", qpn(), psn, resp_.epsn);
   if (r.op.op_class == OpClass::send || r.op.op_class == OpClass::rdma_write) {
     send_ack_locked(Aeth::ack(resp_.msn), psn_sub(resp_.epsn, 1));

@@ -3,11 +3,16 @@
 #include <arpa/inet.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "conformance.hpp"
+
+// Exported by libibverbs (IBVERBS_1.0) and declared in rdma-core's
+// <infiniband/driver.h>, the providers' header, which is not included here.
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 namespace conformance {
 namespace {
@@ -190,6 +195,47 @@ TEST_P(UdTest, TrafficClassArrivesInTheGrhAndGoesBackThroughTheWcAh) {
   ASSERT_TRUE(wait_for(304, &wc));
   EXPECT_EQ(grh[21], 0);
   ASSERT_TRUE(wait_for(305, &wc));
+}
+
+// The port counters a device shows in sysfs (ports/1/counters, rxe's
+// ports/1/hw_counters), read through ibv_read_sysfs_file: one datagram is one
+// packet each way and its octets in 4-octet words (IPv4 and UDP headers, BTH,
+// DETH, payload, ICRC), one send and one receive completed. Skipped where the
+// device has no such files (a real device without a sysfs view in the test).
+TEST_P(UdTest, PortCountersCountTheDatagram) {
+  const std::string port = std::string(device_->ibdev_path) + "/ports/1/";
+  auto read = [&](const char* dir, const char* name, uint64_t* out) {
+    char buf[64] = {};
+    if (ibv_read_sysfs_file((port + dir).c_str(), name, buf, sizeof buf) <= 0) return false;
+    *out = std::strtoull(buf, nullptr, 10);
+    return true;
+  };
+  struct Snapshot {
+    uint64_t xmit_packets, rcv_packets, xmit_data, rcv_data, sends, recvs;
+  };
+  auto snapshot = [&](Snapshot* s) {
+    return read("counters", "port_xmit_packets", &s->xmit_packets) &&
+           read("counters", "port_rcv_packets", &s->rcv_packets) && read("counters", "port_xmit_data", &s->xmit_data) &&
+           read("counters", "port_rcv_data", &s->rcv_data) && read("hw_counters", "rdma_sends", &s->sends) &&
+           read("hw_counters", "rdma_recvs", &s->recvs);
+  };
+  Snapshot before{}, after{};
+  if (!snapshot(&before)) GTEST_SKIP() << "no counter files under " << port;
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 512, 400));
+  ASSERT_EQ(send(a_.get(), b_.get(), 512, 401), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(401, &wc));
+  ASSERT_TRUE(wait_for(400, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_TRUE(snapshot(&after));
+  // 20 (IPv4) + 8 (UDP) + 12 (BTH) + 8 (DETH) + 512 + 4 (ICRC) octets.
+  constexpr uint64_t kWords = (20 + 8 + 12 + 8 + 512 + 4) / 4;
+  EXPECT_EQ(after.xmit_packets - before.xmit_packets, 1u);
+  EXPECT_EQ(after.rcv_packets - before.rcv_packets, 1u);
+  EXPECT_EQ(after.xmit_data - before.xmit_data, kWords);
+  EXPECT_EQ(after.rcv_data - before.rcv_data, kWords);
+  EXPECT_EQ(after.sends - before.sends, 1u);
+  EXPECT_EQ(after.recvs - before.recvs, 1u);
 }
 
 // A datagram whose Q_Key is not the receiving QP's is dropped silently: no
