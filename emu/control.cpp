@@ -6,6 +6,7 @@
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/provider.hpp"
+#include "emu/device/sysfs_counters.hpp"
 
 namespace softverbs::emu {
 
@@ -30,7 +31,12 @@ int EmuProvider::device_counters(const char* device_name, softverbs_counters* ou
                             c.naks_received.load(),      c.rnr_naks_sent.load(),   c.rnr_naks_received.load(),
                             c.duplicates.load(),         c.faults_dropped.load(),  c.faults_duplicated.load(),
                             c.faults_corrupted.load(),   c.faults_delayed.load(),  c.faults_reordered.load(),
-                            c.faults_naks_forged.load(), c.port_down_drops.load(), c.faults_verbs.load()};
+                            c.faults_naks_forged.load(), c.port_down_drops.load(), c.faults_verbs.load(),
+                            c.tx_bytes.load(),           c.rx_bytes.load(),        c.tx_multicast.load(),
+                            c.rx_multicast.load(),       c.host_drops.load(),      c.link_downed.load(),
+                            c.dup_requests.load(),       c.out_of_seq_requests.load(), c.seq_naks_received.load(),
+                            c.retry_exceeded.load(),     c.rnr_retry_exceeded.load(), c.sends_completed.load(),
+                            c.recvs_completed.load()};
   return 0;
 }
 
@@ -75,8 +81,19 @@ int EmuProvider::raise_async_event(ibv_context* context, const ibv_async_event& 
 
 int EmuProvider::read_sysfs_attr(const char* dir, const char* file, std::string* value) {
   for (Device* dev : DeviceRegistry::instance().devices()) {
-    if (std::strcmp(dir, dev->ibv()->ibdev_path) != 0) continue;
-    return dev->sysfs_attr(file, value) ? 0 : ENOENT;
+    const std::string base = dev->ibv()->ibdev_path;
+    if (std::strcmp(dir, base.c_str()) == 0) {
+      // "ports/1/counters/NAME" asked of the device directory: the live counter.
+      const std::string f = file;
+      if (f.starts_with("ports/1/") && counter_file_text(*dev, f.substr(8), value)) return 0;
+      return dev->sysfs_attr(file, value) ? 0 : ENOENT;
+    }
+    // The port's counter directories: the counters now, never a file's snapshot.
+    const std::string port = base + "/ports/1/";
+    if (std::strncmp(dir, port.c_str(), port.size()) == 0) {
+      const std::string rel = std::string(dir + port.size()) + "/" + file;
+      if (counter_file_text(*dev, rel, value)) return 0;
+    }
   }
   return ENODEV;
 }

@@ -526,7 +526,12 @@ ibv_qp* EmuProvider::create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* att
   // ibv_qp_init_attr_ex starts with the fields of ibv_qp_init_attr, as
   // rdma-core's own cast in ibv_create_qp_ex relies on.
   auto* base = reinterpret_cast<ibv_qp_init_attr*>(attr);
-  return create_qp_common(attr->pd, base, extended);
+  ibv_qp* qp = create_qp_common(attr->pd, base, extended);
+  // check_create_qp_ex let this flag through on UD QPs only.
+  if (qp && (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+      (attr->create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB))
+    Qp::from(qp)->set_block_self_mcast();
+  return qp;
 }
 
 ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool extended) {

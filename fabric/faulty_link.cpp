@@ -111,10 +111,14 @@ void FaultyLink::send_held() {
 
 // ---- the way in -----------------------------------------------------------
 
-bool FaultyLink::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) {
-  if (sink_) return sink_->admit(src, sport, packet, view);
-  if (wire::parse(packet, view) == wire::ParseError::ok) return true;
-  up_->receive(src, sport, packet);  // not a packet the rules can match: the receiver judges it
+bool FaultyLink::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view,
+                       wire::IpFields ip) {
+  if (sink_) return sink_->admit(src, sport, packet, view, ip);
+  if (wire::parse(packet, view) == wire::ParseError::ok) {
+    view.ip = ip;
+    return true;
+  }
+  up_->receive(src, sport, packet, ip);  // not a packet the rules can match: the receiver judges it
   return false;
 }
 
@@ -122,16 +126,16 @@ void FaultyLink::deliver(in_addr src, uint16_t sport, std::span<const uint8_t> p
   if (sink_)
     sink_->deliver(src, view);
   else
-    up_->receive(src, sport, packet);
+    up_->receive(src, sport, packet, view.ip);
 }
 
-void FaultyLink::receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
-  up_->receive(src, sport, packet);
+void FaultyLink::receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
+  up_->receive(src, sport, packet, ip);
 }
 
-void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
   wire::PacketView view;
-  if (!admit(src, sport, packet, view)) return;
+  if (!admit(src, sport, packet, view, ip)) return;
   if (filter_.active()) {
     faults::FaultDecision d = filter_.decide({faults::Direction::rx, device_, &view});
     if (trace::on()) trace_packet(scheduler_.clock(), device_, "rx", packet, fault_name(d), rx_frame());
@@ -147,12 +151,12 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
           return;
         case faults::FaultAction::duplicate:
           counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
-          receive_unfaulted(src, sport, packet);
+          receive_unfaulted(src, sport, packet, ip);
           break;
         case faults::FaultAction::delay:
           counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
           scheduler_.after(std::chrono::microseconds(d.delay_us),
-                           [this, held = Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end())}]() mutable {
+                           [this, held = Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end()), ip}]() mutable {
                              {
                                std::lock_guard lock(due_mu_);
                                due_rx_.push_back(std::move(held));
@@ -164,7 +168,7 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
         case faults::FaultAction::reorder:
           if (!held_rx_) {
             counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
-            held_rx_.emplace(Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end())});
+            held_rx_.emplace(Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end()), ip});
             // Handled after the next packet, or after a short while if none follows.
             scheduler_.after(kReorderHold, [this] {
               hold_expired_.store(true, std::memory_order_release);
@@ -196,7 +200,7 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
   if (held_rx_) {
     Datagram held = std::move(*held_rx_);
     held_rx_.reset();
-    receive_unfaulted(held.src, held.sport, held.bytes);
+    receive_unfaulted(held.src, held.sport, held.bytes, held.ip);
   }
 }
 
@@ -211,14 +215,14 @@ bool FaultyLink::drain() {
     }
     for (const Datagram& d : due) {
       any = true;
-      receive_unfaulted(d.src, d.sport, d.bytes);
+      receive_unfaulted(d.src, d.sport, d.bytes, d.ip);
     }
   }
   if (hold_expired_.load(std::memory_order_acquire) && hold_expired_.exchange(false) && held_rx_) {
     Datagram held = std::move(*held_rx_);
     held_rx_.reset();
     any = true;
-    receive_unfaulted(held.src, held.sport, held.bytes);
+    receive_unfaulted(held.src, held.sport, held.bytes, held.ip);
   }
   return inner_.drain() || any;
 }

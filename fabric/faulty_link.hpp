@@ -43,14 +43,16 @@ class FaultyLink final : public LinkDecorator {
     in_addr src;
     uint16_t sport;
     std::vector<uint8_t> bytes;
+    wire::IpFields ip;
   };
 
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override;
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;
   // The receiver's two stages (see PacketSink).
-  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view);
+  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view,
+             wire::IpFields ip);
   void deliver(in_addr src, uint16_t sport, std::span<const uint8_t> packet, const wire::PacketView& view);
   // Both stages, without the fault layer (held-back and duplicated packets).
-  void receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet);
+  void receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip);
   // The reordered packet goes after the one just sent.
   void send_held();
 

@@ -22,8 +22,10 @@
 namespace softverbs::fabric {
 namespace {
 
-// "SV", format 1, 0: then the sender's IPv4 address (network order).
-constexpr uint8_t kMagic[4] = {'S', 'V', 1, 0};
+// "SV", format 1, the TOS byte the packet was sent with (its traffic class;
+// senders before it wrote 0 there), then the sender's IPv4 address (network order).
+constexpr uint8_t kMagic[3] = {'S', 'V', 1};
+constexpr size_t kTosAt = 3;
 constexpr size_t kPrefix = 8;
 // Packets read from one connection per look, so one busy peer cannot starve
 // the others (the drain loop comes back for the rest).
@@ -112,7 +114,8 @@ HostLink::HostLink(Link& inner, RealTimeScheduler& scheduler, int fd, in_addr se
       counters_(counters),
       options_(options),
       name_(std::move(name)) {
-  std::memcpy(prefix_, kMagic, 4);
+  std::memcpy(prefix_, kMagic, sizeof kMagic);
+  prefix_[kTosAt] = 0;
   std::memcpy(prefix_ + 4, &self_.s_addr, 4);
   if (fd_ < 0) return;
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -177,15 +180,19 @@ void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::shared_ptr<Peer> peer = peer_for(dst);
       if (!peer) break;
-      if (send_to(peer, dst, packet) >= 0) return;
+      if (send_to(peer, dst, packet, tos) >= 0) return;
       forget(dst, peer);
     }
   }
   inner_.send(dst, packet, tos);
 }
 
-int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet) {
-  iovec iov[2] = {{prefix_, kPrefix}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
+int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+  // Senders on several threads: each its own copy of the prefix.
+  uint8_t prefix[kPrefix];
+  std::memcpy(prefix, prefix_, kPrefix);
+  prefix[kTosAt] = tos;
+  iovec iov[2] = {{prefix, kPrefix}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   msghdr msg{};
   msg.msg_iov = iov;
   msg.msg_iovlen = 2;
@@ -290,10 +297,10 @@ bool HostLink::read_connection_locked(int conn, std::deque<Datagram>& out) {
       return true;
     }
     any = true;
-    if (static_cast<size_t>(n) < kPrefix || std::memcmp(buf.data(), kMagic, 4) != 0) continue;  // not a softverbs sender
+    if (static_cast<size_t>(n) < kPrefix || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0) continue;  // not a softverbs sender
     in_addr src{};
     std::memcpy(&src.s_addr, buf.data() + 4, 4);
-    out.emplace_back(src, std::vector<uint8_t>(buf.data() + kPrefix, buf.data() + n));
+    out.push_back(Datagram{src, buf[kTosAt], std::vector<uint8_t>(buf.data() + kPrefix, buf.data() + n)});
   }
   return any;
 }
@@ -312,7 +319,8 @@ bool HostLink::drain() {
   }
   // Delivery may send, and a send may wait and pull into the stash: no lock
   // is held from here on.
-  for (auto& [src, bytes] : batch) up_->receive(src, wire::kRoceV2UdpPort, bytes);
+  // The TTL is the one a socket sends with: the host's loopback does not decrement it.
+  for (const Datagram& d : batch) up_->receive(d.src, wire::kRoceV2UdpPort, d.bytes, wire::IpFields{d.tos, wire::kDefaultTtl});
   return any || !batch.empty();
 }
 

@@ -100,12 +100,16 @@ class HostLink final : public LinkDecorator {
     std::shared_ptr<Peer> peer;  // null: UDP, until retry_at
     Clock::time_point retry_at{};
   };
-  using Datagram = std::pair<in_addr, std::vector<uint8_t>>;
+  struct Datagram {
+    in_addr src;
+    uint8_t tos;  // the sender's TOS byte, from the prefix
+    std::vector<uint8_t> bytes;
+  };
 
   std::shared_ptr<Peer> peer_for(in_addr dst);
   void forget(in_addr dst, const std::shared_ptr<Peer>& peer);
   // One attempt through a peer: 1 sent, 0 dropped (counted), -1 the peer is gone.
-  int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet);
+  int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
   // Waits for room at the peer until `deadline`, taking this device's own
   // incoming packets into the stash meanwhile. False when the time ran out.
   bool wait_for_room(int peer_fd, Clock::time_point deadline);

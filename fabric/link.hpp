@@ -25,6 +25,9 @@ namespace softverbs::fabric {
 // What a link counts, as part of the device's counters (emu/objects/objects.hpp).
 struct LinkCounters {
   std::atomic<uint64_t> tx_packets{0}, rx_packets{0}, rx_icrc_errors{0};
+  // What went out: the packets' IPv4 datagram bytes (IP and UDP headers, BTH ..
+  // ICRC), and how many of the packets went to a multicast group.
+  std::atomic<uint64_t> tx_bytes{0}, tx_multicast{0};
   // What the fault layer did (docs/faults.md).
   std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
       faults_reordered{0}, faults_naks_forged{0};
@@ -36,9 +39,10 @@ struct LinkCounters {
 class Receiver {
  public:
   virtual ~Receiver() = default;
-  // One datagram from src:sport. Called from drain() (or inject()), so never
-  // concurrently.
-  virtual void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) = 0;
+  // One datagram from src:sport, with the IP header fields it arrived with
+  // (TOS and TTL: what a UD receive shows in its GRH area). Called from
+  // drain() (or inject()), so never concurrently.
+  virtual void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) = 0;
   // Datagrams may be waiting: called on the scheduler's thread; the receiver
   // drains the link under whatever serialises its drains.
   virtual void ready() = 0;
@@ -49,8 +53,10 @@ class Receiver {
 // then delivery to its QP.
 class PacketSink : public Receiver {
  public:
-  // False when the datagram stops here (counted by the sink); else `view` is it, parsed.
-  virtual bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) = 0;
+  // False when the datagram stops here (counted by the sink); else `view` is it,
+  // parsed, with `ip` in view.ip.
+  virtual bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view,
+                     wire::IpFields ip = {}) = 0;
   virtual void deliver(in_addr src, const wire::PacketView& view) = 0;
   // The fault layer's forged NAK for a request (docs/faults.md "nak"): false if
   // no QP of the sink takes it.
@@ -59,9 +65,9 @@ class PacketSink : public Receiver {
   // connection manager of the sink answers it.
   virtual bool forge_reject(in_addr /*src*/, const wire::PacketView& /*view*/, uint16_t /*reason*/) { return false; }
 
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) final {
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) final {
     wire::PacketView view;
-    if (admit(src, sport, packet, view)) deliver(src, view);
+    if (admit(src, sport, packet, view, ip)) deliver(src, view);
   }
 };
 
@@ -81,7 +87,8 @@ class Link {
   // (idempotent).
   virtual void watch() = 0;
   // Hands a datagram to the receive path above this link as if it had arrived
-  // (fuzzing and tests of hostile input). Serialised as drain() is.
+  // (fuzzing and tests of hostile input), with TOS 0 and the default TTL.
+  // Serialised as drain() is.
   virtual void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) = 0;
   // For diagnostics: what waits in the link ("socket N bytes, local M").
   virtual std::string rx_state() = 0;
@@ -105,8 +112,8 @@ class LinkDecorator : public Link, protected Receiver {
   std::string rx_state() override { return inner_.rx_state(); }
 
  protected:
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
-    up_->receive(src, sport, packet);
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override {
+    up_->receive(src, sport, packet, ip);
   }
   void ready() override { up_->ready(); }
 

@@ -30,16 +30,16 @@ void LocalLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) 
 
 void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   if (LocalLink* peer = hub_.find(dst)) {
-    peer->enqueue(addr_, packet);
+    peer->enqueue(addr_, packet, tos);
     return;
   }
   if (outside_) outside_->send(dst, packet, tos);
 }
 
-void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet) {
+void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos) {
   {
     std::lock_guard lock(mu_);
-    queue_.emplace_back(src, std::vector<uint8_t>(packet.begin(), packet.end()));
+    queue_.push_back(Queued{src, tos, std::vector<uint8_t>(packet.begin(), packet.end())});
   }
   if (!pending_.exchange(true)) {
     watch();
@@ -50,15 +50,15 @@ void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet) {
 bool LocalLink::drain() {
   bool any = outside_ && outside_->drain();
   if (pending_.load(std::memory_order_acquire)) {
-    std::deque<std::pair<in_addr, std::vector<uint8_t>>> batch;
+    std::deque<Queued> batch;
     {
       std::lock_guard lock(mu_);
       batch.swap(queue_);
       pending_.store(false, std::memory_order_release);
     }
-    for (auto& [src, bytes] : batch) {
+    for (const Queued& q : batch) {
       any = true;
-      up_->receive(src, wire::kRoceV2UdpPort, bytes);
+      up_->receive(q.src, wire::kRoceV2UdpPort, q.bytes, wire::IpFields{q.tos, wire::kDefaultTtl});
     }
   }
   return any;

@@ -53,11 +53,13 @@ class LocalLink final : public Link, private Receiver {
  private:
   // One copy to one device: its local queue, or the outside link.
   void send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
-  // A packet from the device at src (on another thread).
-  void enqueue(in_addr src, std::span<const uint8_t> packet);
+  // A packet from the device at src (on another thread), sent with TOS byte
+  // tos; it arrives with the TTL a socket sends (loopback routes do not
+  // decrement it).
+  void enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos);
   // From the outside link, passed up.
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
-    up_->receive(src, sport, packet);
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override {
+    up_->receive(src, sport, packet, ip);
   }
   void ready() override { up_->ready(); }
 
@@ -68,7 +70,12 @@ class LocalLink final : public Link, private Receiver {
   Receiver* up_ = nullptr;
   std::once_flag watched_;
   std::mutex mu_;
-  std::deque<std::pair<in_addr, std::vector<uint8_t>>> queue_;
+  struct Queued {
+    in_addr src;
+    uint8_t tos;
+    std::vector<uint8_t> bytes;
+  };
+  std::deque<Queued> queue_;
   std::atomic<bool> pending_{false};
 };
 

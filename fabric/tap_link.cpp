@@ -1,14 +1,25 @@
 // TapLink: transmit counter and packet capture.
 #include "fabric/tap_link.hpp"
 
+#include <arpa/inet.h>
+
 #include "core/trace.hpp"
 #include "fabric/trace_packet.hpp"
 #include "wire/headers.hpp"
 
 namespace softverbs::fabric {
+namespace {
+
+// The IPv4 and UDP headers in front of every packet: the octets a port
+// counter counts are the datagram's (docs/compatibility.md, "Counters").
+constexpr size_t kIpUdpHeaders = 20 + 8;
+
+}  // namespace
 
 void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  counters_.tx_bytes.fetch_add(kIpUdpHeaders + packet.size(), std::memory_order_relaxed);
+  if (IN_MULTICAST(ntohl(dst.s_addr))) counters_.tx_multicast.fetch_add(1, std::memory_order_relaxed);
   const uint64_t frame = pcap_ ? pcap_->write(clock_, self_, dst, wire::kRoceV2UdpPort, packet, tos) : 0;
   // The trace's record of the packet, with the device and fault decision the
   // fault layer above left (core/trace.hpp), before it can reach its receiver.
@@ -19,10 +30,11 @@ void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
   inner_.send(dst, packet, tos);
 }
 
-void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
-  const uint64_t frame = pcap_ && !(hub_ && hub_->find(src)) ? pcap_->write(clock_, src, self_, sport, packet) : 0;
+void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
+  const uint64_t frame =
+      pcap_ && !(hub_ && hub_->find(src)) ? pcap_->write(clock_, src, self_, sport, packet, ip.tos) : 0;
   if (trace::on()) trace::set_pending({nullptr, "none", frame});  // for the fault layer's "rx" record
-  up_->receive(src, sport, packet);
+  up_->receive(src, sport, packet, ip);
 }
 
 }  // namespace softverbs::fabric

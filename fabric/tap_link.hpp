@@ -28,7 +28,7 @@ class TapLink final : public LinkDecorator {
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
 
  private:
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override;
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;
 
   in_addr self_;
   LinkCounters& counters_;

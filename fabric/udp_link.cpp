@@ -31,6 +31,11 @@ int UdpLink::bind(in_addr addr) {
   // covers the IP header, so captures only verify with a stable ID.
   int pmtu = IP_PMTUDISC_DO;
   ::setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  // Each datagram's TOS and TTL come with it: a UD receive shows them in its
+  // GRH area (the traffic class and hop limit of RoCEv2's IP header).
+  int on = 1;
+  ::setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &on, sizeof on);
   // Deep socket buffers absorb bursts from many QPs; a datagram the buffer
   // cannot take is lost and recovered by the transport. The forced variant needs
   // CAP_NET_ADMIN; without it the kernel caps the size at net.core.[rw]mem_max.
@@ -99,6 +104,11 @@ bool UdpLink::drain() {
   mmsghdr msgs[kRxBatch];
   iovec iov[kRxBatch];
   sockaddr_in from[kRxBatch];
+  // IP_TOS (one byte) and IP_TTL (an int) control messages.
+  struct alignas(cmsghdr) Control {
+    uint8_t bytes[CMSG_SPACE(sizeof(int)) * 2];
+  };
+  Control control[kRxBatch];
   for (int i = 0; i < kRxBatch; ++i) {
     iov[i] = {bufs.data() + static_cast<size_t>(i) * kMaxDatagram, kMaxDatagram};
     msgs[i] = {};
@@ -106,11 +116,25 @@ bool UdpLink::drain() {
     msgs[i].msg_hdr.msg_iovlen = 1;
     msgs[i].msg_hdr.msg_name = &from[i];
     msgs[i].msg_hdr.msg_namelen = sizeof from[i];
+    msgs[i].msg_hdr.msg_control = control[i].bytes;
+    msgs[i].msg_hdr.msg_controllen = sizeof control[i].bytes;
   }
   int n = ::recvmmsg(fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < n; ++i) {
+    wire::IpFields ip;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msgs[i].msg_hdr); c; c = CMSG_NXTHDR(&msgs[i].msg_hdr, c)) {
+      if (c->cmsg_level != IPPROTO_IP) continue;
+      if (c->cmsg_type == IP_TOS && c->cmsg_len >= CMSG_LEN(1)) {
+        ip.tos = *CMSG_DATA(c);
+      } else if (c->cmsg_type == IP_TTL && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        int ttl = 0;
+        std::memcpy(&ttl, CMSG_DATA(c), sizeof ttl);
+        ip.ttl = static_cast<uint8_t>(ttl);
+      }
+    }
     up_->receive(from[i].sin_addr, ntohs(from[i].sin_port),
-                 std::span<const uint8_t>(static_cast<uint8_t*>(iov[i].iov_base), msgs[i].msg_len));
+                 std::span<const uint8_t>(static_cast<uint8_t*>(iov[i].iov_base), msgs[i].msg_len), ip);
+  }
   return n > 0;
 }
 

@@ -30,6 +30,30 @@ HwProvider& HwProvider::instance() {
 
 // ---- devices ---------------------------------------------------------------
 
+// A file under one of the real library's devices (its ibdev_path) is read by
+// the real ibv_read_sysfs_file, which answers as a program linked against it
+// would be answered: a kernel device's file, or what its provider serves (the
+// live port counters of an emulated device behind the passthrough). Other
+// directories are the next provider's.
+int HwProvider::read_sysfs_attr(const char* dir, const char* file, std::string* value) {
+  bool ours = false;
+  {
+    std::lock_guard lock(lists_mu_);
+    for (const HeldList& held : lists_)
+      for (ibv_device* d : held.devices) {
+        const size_t n = std::strlen(d->ibdev_path);
+        ours |= std::strncmp(dir, d->ibdev_path, n) == 0 && (dir[n] == '\0' || dir[n] == '/');
+      }
+  }
+  Namespace* ns = ours ? Namespace::get() : nullptr;
+  if (!ns) return ENODEV;
+  char buf[4096];
+  const int n = ns->call(ns->fn().read_sysfs_file, dir, file, buf, sizeof buf);
+  if (n < 0) return errno ? errno : ENOENT;
+  value->assign(buf, static_cast<size_t>(n));
+  return 0;
+}
+
 std::vector<ibv_device*> HwProvider::get_devices() {
   KeepErrno keep;
   Namespace* ns = Namespace::get();

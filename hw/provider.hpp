@@ -33,6 +33,7 @@ class HwProvider final : public Forwarder {
   void ack_async_event(ibv_async_event* event) override;
   ibv_mr* reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) override;
   int fork_init() override;
+  int read_sysfs_attr(const char* dir, const char* file, std::string* value) override;
 
  private:
   HwProvider() = default;

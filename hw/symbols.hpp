@@ -22,13 +22,15 @@
 
 // The real functions that are not one core/verbs.def row each: the device list
 // (Provider::get_devices), the legacy-length ibv_query_port that the verb
-// query_port adapts, and ibv_reg_mr for a library older than ibv_reg_mr_iova2.
+// query_port adapts, ibv_reg_mr for a library older than ibv_reg_mr_iova2, and
+// ibv_read_sysfs_file for the files of the real library's devices.
 // X(member, exported name, version, required, function type)
 #define SV_HW_OTHER_SYMBOLS(X)                                                                             \
   X(get_device_list, "ibv_get_device_list", "IBVERBS_1.1", true, ibv_device**(int*))                       \
   X(free_device_list, "ibv_free_device_list", "IBVERBS_1.1", true, void(ibv_device**))                     \
   X(query_port, "ibv_query_port", "IBVERBS_1.1", true, int(ibv_context*, uint8_t, _compat_ibv_port_attr*)) \
-  X(reg_mr, "ibv_reg_mr", "IBVERBS_1.1", true, ibv_mr*(ibv_pd*, void*, size_t, int))
+  X(reg_mr, "ibv_reg_mr", "IBVERBS_1.1", true, ibv_mr*(ibv_pd*, void*, size_t, int))            \
+  X(read_sysfs_file, "ibv_read_sysfs_file", "IBVERBS_1.0", true, int(const char*, const char*, char*, size_t))
 
 namespace softverbs::hw {
 

@@ -80,6 +80,26 @@ bool unshare_mounts(std::string* error) {
   return true;
 }
 
+// The port counter directories stay writable under the read-only view: each is
+// a small tmpfs of its own, refilled with its files, which the library rewrites
+// while the program runs (emu/device/sysfs_counters.cpp).
+bool mount_counter_dirs(const std::vector<emu::SysfsNode>& nodes, std::string* error) {
+  for (const emu::SysfsNode& d : nodes) {
+    if (d.kind != emu::SysfsNode::Kind::kDir) continue;
+    if (!d.path.ends_with("/counters") && !d.path.ends_with("/hw_counters")) continue;
+    const std::string at = std::string(kClass) + "/" + d.path;
+    if (::mount("softverbs", at.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") != 0) {
+      *error = errno_text("mount tmpfs on " + at);
+      return false;
+    }
+    std::vector<emu::SysfsNode> files;
+    for (const emu::SysfsNode& f : nodes)
+      if (f.kind == emu::SysfsNode::Kind::kFile && f.path.starts_with(d.path + "/")) files.push_back(f);
+    if (!write_nodes(kClass, files, error)) return false;
+  }
+  return true;
+}
+
 // Mounts the tmpfs over /sys/class and fills it: the real classes bound back
 // (through a descriptor of the real directory, which the tmpfs hides), the
 // real RDMA devices' links kept, and the nodes.
@@ -124,6 +144,7 @@ bool mount_view(const std::vector<emu::SysfsNode>& nodes, std::string* error) {
     for (const auto& [name, target] : list)
       if (ok && !target.empty() && !taken.count(dir + "/" + name))
         ::symlink(target.c_str(), (std::string(kClass) + "/" + dir + "/" + name).c_str());
+  if (ok) ok = mount_counter_dirs(nodes, error);
   if (ok && ::mount(nullptr, kClass, nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
     *error = errno_text("remount read-only");
     ok = false;

@@ -160,13 +160,13 @@ std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const
 
 void write_ipv4_header(std::uint8_t* out, const std::array<std::uint8_t, 4>& saddr,
                        const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len,
-                       std::uint8_t tos) noexcept {
+                       std::uint8_t tos, std::uint8_t ttl) noexcept {
   std::fill_n(out, kIpv4HeaderBytes, 0);
   out[0] = 0x45;  // version 4, IHL 5
   out[1] = tos;
   store_be16(out + 2, static_cast<std::uint16_t>(kIpv4HeaderBytes + kUdpHeaderBytes + udp_payload_len));
   store_be16(out + 6, kIpv4FlagDf);
-  out[8] = 64;  // TTL
+  out[8] = ttl;
   out[9] = kIpProtoUdp;
   std::copy(saddr.begin(), saddr.end(), out + 12);
   std::copy(daddr.begin(), daddr.end(), out + 16);

@@ -73,13 +73,17 @@ std::uint32_t icrc(const IcrcFlow& flow, std::span<const std::uint8_t> bth_to_pa
 std::optional<std::uint16_t> solve_ipv4_id(const Ipv4Flow& flow, std::span<const std::uint8_t> bth_to_pad,
                                            std::uint32_t received) noexcept;
 
+// The IPv4 TTL softverbs' sockets send with (Linux's default, net.ipv4.ip_default_ttl).
+inline constexpr std::uint8_t kDefaultTtl = 64;
+
 // Writes the 20-byte IPv4 header of a RoCEv2 packet from src to dst whose UDP
 // payload (BTH .. ICRC) is udp_payload_len bytes, as softverbs' sockets send it:
-// DF set, ID 0, TTL 64, header checksum filled in. Addresses in network order.
-// tos is the TOS byte (DSCP and ECN): a RoCEv2 packet's GRH traffic class.
+// DF set, ID 0, header checksum filled in. Addresses in network order.
+// tos is the TOS byte (DSCP and ECN): a RoCEv2 packet's GRH traffic class;
+// ttl its hop limit.
 void write_ipv4_header(std::uint8_t* out, const std::array<std::uint8_t, 4>& saddr,
                        const std::array<std::uint8_t, 4>& daddr, std::size_t udp_payload_len,
-                       std::uint8_t tos = 0) noexcept;
+                       std::uint8_t tos = 0, std::uint8_t ttl = kDefaultTtl) noexcept;
 
 // Recomputes and writes the ICRC into the last 4 bytes of a whole UDP payload
 // (BTH .. ICRC). No-op if the packet is shorter than BTH + ICRC.

@@ -40,8 +40,20 @@ struct PacketHeaders {
   friend bool operator==(const PacketHeaders&, const PacketHeaders&) = default;
 };
 
+// The fields of the IPv4 header a packet arrived with that its UDP payload does
+// not hold and a receiver shows: RoCEv2's IP header stands for the GRH, so the
+// TOS byte is the traffic class and the TTL the hop limit (a UD receive's GRH
+// area). The link reports them; parse() leaves the defaults, which are what
+// softverbs' sockets send with for traffic class 0.
+struct IpFields {
+  std::uint8_t tos = 0;
+  std::uint8_t ttl = kDefaultTtl;
+  friend bool operator==(const IpFields&, const IpFields&) = default;
+};
+
 // A parsed packet. Spans point into the parsed buffer.
 struct PacketView : PacketHeaders {
+  IpFields ip;                                // from the link, not from the bytes (see IpFields)
   const OpcodeInfo* op = &opcode_info(0xFF);  // never null; 0xFF is an invalid entry
   std::span<const std::uint8_t> payload;      // without the pad bytes
   std::uint32_t icrc = 0;                     // CRC value read from the wire (little-endian bytes)

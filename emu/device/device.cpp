@@ -16,6 +16,7 @@
 #include "emu/device/fault_actions.hpp"
 #include "emu/device/identity.hpp"
 #include "emu/device/placement.hpp"
+#include "emu/device/sysfs_counters.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "core/env.hpp"
@@ -338,6 +339,8 @@ const std::vector<Device*>& DeviceRegistry::devices() {
       devices_.push_back(owned_.back().get());
     }
     if (!devices_.empty()) engine.add_actor([this](const faults::FaultDecision& d) { apply_timed_fault(devices_, d); });
+    // A sysfs view describing these devices gets current counter files.
+    refresh_view_counters(devices_, scheduler);
   });
   return devices_;
 }

@@ -151,6 +151,7 @@ void Device::post_device_event(ibv_event_type type, uint8_t port) {
 
 bool Device::set_port_active(bool up) {
   if (port_active_.exchange(up) == up) return false;
+  if (!up) counters_.link_downed.fetch_add(1, std::memory_order_relaxed);
   SV_LOG(kInfo, "device %s: port 1 %s", name().c_str(), up ? "active" : "down");
   post_device_event(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR, 1);
   return true;

@@ -134,10 +134,21 @@ void Device::deliver_mcast(in_addr src, const wire::PacketView& pkt) {
     return;
   }
   // Every attached QP gets the packet, the sending QP too if it is attached
-  // (multicast loopback, as mlx5 without IBV_QP_CREATE_BLOCK_SELF_MCAST_LB and
-  // rxe do). Under the receive lock a found QP cannot be destroyed meanwhile.
-  for (uint32_t qpn : qpns)
-    if (Qp* qp = find_qp(qpn)) qp->receive(pkt, src, rx_group_);
+  // (multicast loopback, as mlx5 and rxe do), unless that QP was created with
+  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: then it alone is skipped, and the other
+  // QPs of this device, of its contexts or not, still get the datagram. That
+  // is the kernel's definition of the flag (IB_QP_CREATE_BLOCK_MULTICAST_LOOPBACK:
+  // sends from the QP are not looped back to its own receive queue; mlx4 marks
+  // the QP's own entry of the group, mlx5 sets block_lb_mc in the QP's context).
+  // The sender is this device (same address) and the DETH's source QP.
+  // Under the receive lock a found QP cannot be destroyed meanwhile.
+  const bool from_self = src.s_addr == addr_.s_addr;
+  for (uint32_t qpn : qpns) {
+    Qp* qp = find_qp(qpn);
+    if (!qp) continue;
+    if (from_self && qp->blocks_self_mcast() && pkt.deth.src_qp == qpn) continue;
+    qp->receive(pkt, src, rx_group_);
+  }
 }
 
 }  // namespace softverbs::emu

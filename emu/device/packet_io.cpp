@@ -81,7 +81,8 @@ void Device::progress(bool block) {
 }
 
 // The checks every received datagram passes before the fault layer sees it.
-bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& pkt) {
+bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& pkt,
+                   wire::IpFields ip) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
   if (!port_active()) {
     counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
@@ -102,6 +103,11 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
            static_cast<int>(wire::to_string(err).size()), wire::to_string(err).data());
     return false;
   }
+  // Not in the UDP payload: the IP header's fields, for a UD receive's GRH.
+  pkt.ip = ip;
+  // The port's data counter counts the datagram: IPv4 and UDP headers too.
+  counters_.rx_bytes.fetch_add(20 + 8 + packet.size(), std::memory_order_relaxed);
+  if (pkt.bth.dest_qp == wire::kMulticastQpn) counters_.rx_multicast.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -3,6 +3,7 @@
 // the node type, "0x%x" LIDs, "%d Gb/sec (WIDTH SPEED)" rates, 8-group GIDs.
 #include "emu/device/sysfs.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "emu/device/caps.hpp"
@@ -68,9 +69,68 @@ void port_nodes(Builder& b, const ViewDevice& d, const std::string& port) {
   b.dir(port + "/pkeys");
   const int pkeys = eth ? caps::kPkeyTblLenEth : caps::kPkeyTblLenIb;
   for (int i = 0; i < pkeys; ++i) b.file(port + "/pkeys/" + std::to_string(i), hex(i == 0 ? caps::kDefaultPkey : 0, 4));
+  b.dir(port + "/counters");
+  b.dir(port + "/hw_counters");
+  for (const auto& [file, text] : counter_files(CounterValues{})) b.file(port + "/" + file, text);
+}
+
+// IBTA's PortCounters fields are 8, 16 or 32 bits wide and stop at their
+// maximum; the data and packet counters are shown 64 bits wide, as the kernel
+// shows them from PortCountersExtended.
+std::string saturated(uint64_t v, unsigned bits) {
+  const uint64_t max = (uint64_t{1} << bits) - 1;
+  return std::to_string(v < max ? v : max);
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> counter_files(const CounterValues& v) {
+  const std::string c = "counters/", h = "hw_counters/";
+  const uint64_t tx_unicast = v.tx_packets - std::min(v.tx_packets, v.tx_multicast);
+  const uint64_t rx_unicast = v.rx_packets - std::min(v.rx_packets, v.rx_multicast);
+  return {
+      // The data counters count 4-octet words (IBTA 16.1.3.5).
+      {c + "port_xmit_data", std::to_string(v.tx_bytes / 4)},
+      {c + "port_rcv_data", std::to_string(v.rx_bytes / 4)},
+      {c + "port_xmit_packets", std::to_string(v.tx_packets)},
+      {c + "port_rcv_packets", std::to_string(v.rx_packets)},
+      {c + "unicast_xmit_packets", std::to_string(tx_unicast)},
+      {c + "unicast_rcv_packets", std::to_string(rx_unicast)},
+      {c + "multicast_xmit_packets", std::to_string(v.tx_multicast)},
+      {c + "multicast_rcv_packets", std::to_string(v.rx_multicast)},
+      {c + "port_rcv_errors", saturated(v.rx_errors, 16)},
+      {c + "port_xmit_discards", saturated(v.tx_discards, 16)},
+      {c + "link_downed", saturated(v.link_downed, 8)},
+      // A port with no physical layer, switch or VLs has nothing to count here.
+      {c + "symbol_error", "0"},
+      {c + "link_error_recovery", "0"},
+      {c + "port_rcv_remote_physical_errors", "0"},
+      {c + "port_rcv_switch_relay_errors", "0"},
+      {c + "port_xmit_constraint_errors", "0"},
+      {c + "port_rcv_constraint_errors", "0"},
+      {c + "local_link_integrity_errors", "0"},
+      {c + "excessive_buffer_overrun_errors", "0"},
+      {c + "VL15_dropped", "0"},
+      {c + "port_xmit_wait", "0"},
+      // rxe's hw counters, with the meaning rxe gives each.
+      {h + "sent_pkts", std::to_string(v.tx_packets)},
+      {h + "rcvd_pkts", std::to_string(v.rx_packets)},
+      {h + "duplicate_request", std::to_string(v.dup_requests)},
+      {h + "out_of_seq_request", std::to_string(v.out_of_seq_requests)},
+      {h + "rcvd_rnr_err", std::to_string(v.rnr_naks_received)},
+      {h + "send_rnr_err", std::to_string(v.rnr_naks_sent)},
+      {h + "rcvd_seg_drop", std::to_string(v.seq_naks_received)},
+      {h + "ack_deferred", "0"},  // rxe's rescheduled completer: no such thing here
+      {h + "retry_exceeded_err", std::to_string(v.retry_exceeded)},
+      {h + "retry_rnr_exceeded_err", std::to_string(v.rnr_retry_exceeded)},
+      {h + "completer_retry_err", std::to_string(v.retransmits)},
+      {h + "send_err", std::to_string(v.tx_discards)},
+      {h + "link_downed", std::to_string(v.link_downed)},
+      {h + "rdma_sends", std::to_string(v.sends_completed)},
+      {h + "rdma_recvs", std::to_string(v.recvs_completed)},
+      {h + "lifespan", std::to_string(kCounterRefreshMs)},
+  };
+}
 
 std::vector<SysfsNode> sysfs_nodes(const std::vector<ViewDevice>& devices) {
   std::vector<SysfsNode> out;

@@ -155,6 +155,13 @@ class Device final : private fabric::PacketSink {
         duplicates{0}, timeouts{0};
     // Packets lost because the port was down; verb-level faults carried out.
     std::atomic<uint64_t> port_down_drops{0}, faults_verbs{0};
+    // For the port and hw counters of the sysfs view (sysfs.hpp, CounterValues):
+    // received datagram bytes and multicast packets (admit), requests the
+    // responder found duplicated or out of sequence, sequence NAKs the
+    // completer received, completions by outcome, and the port going down.
+    std::atomic<uint64_t> rx_bytes{0}, rx_multicast{0}, dup_requests{0}, out_of_seq_requests{0},
+        seq_naks_received{0}, retry_exceeded{0}, rnr_retry_exceeded{0}, sends_completed{0}, recvs_completed{0},
+        link_downed{0};
   };
   Counters& counters() { return counters_; }
 
@@ -212,7 +219,8 @@ class Device final : private fabric::PacketSink {
 
  private:
   // fabric::PacketSink: the receive path, called under rx_mu_.
-  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view) override;
+  bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view,
+             wire::IpFields ip = {}) override;
   void deliver(in_addr src, const wire::PacketView& view) override;
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
   bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;

@@ -219,9 +219,10 @@ int check_create_qp_ex(const ibv_qp_init_attr_ex& attr) {
   const uint32_t kernel_flags = flags & ~static_cast<uint32_t>(IBV_QP_CREATE_SOURCE_QPN);
   if (kernel_flags && attr.qp_type != IBV_QPT_UD) return EINVAL;
   if (kernel_flags & (IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING)) return EINVAL;
-  // A UD QP: no underlay QPN and no multicast loopback blocking on this device;
-  // end-of-write padding is a PCIe hint with nothing to pad here.
-  if (flags & (IBV_QP_CREATE_SOURCE_QPN | IBV_QP_CREATE_BLOCK_SELF_MCAST_LB)) return EOPNOTSUPP;
+  // A UD QP: no underlay QPN on this device; multicast loopback blocking is
+  // kept (emu/device/mcast.cpp); end-of-write padding is a PCIe hint with
+  // nothing to pad here.
+  if (flags & IBV_QP_CREATE_SOURCE_QPN) return EOPNOTSUPP;
   return 0;
 }
 

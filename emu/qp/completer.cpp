@@ -61,6 +61,9 @@ void Qp::push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trac
     }
   }
   traced(fault);
+  // rxe's rdma_recvs: receive work requests completed successfully.
+  if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV))
+    device().counters().recvs_completed.fetch_add(1, std::memory_order_relaxed);
   if (!cq->push(wc, solicited)) {
     // The CQ overran and is in error now (IBV_EVENT_CQ_ERR, raised by the CQ):
     // this completion is lost, so the QP cannot go on either. As on ConnectX, a
@@ -98,6 +101,12 @@ void Qp::force_error(bool event) {
 }
 
 void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
+  // The hw counters (rxe's rdma_sends, retry_exceeded_err, retry_rnr_exceeded_err)
+  // count every send work request that ends so, signaled or not.
+  Device::Counters& counters = device().counters();
+  if (status == IBV_WC_SUCCESS) counters.sends_completed.fetch_add(1, std::memory_order_relaxed);
+  if (status == IBV_WC_RETRY_EXC_ERR) counters.retry_exceeded.fetch_add(1, std::memory_order_relaxed);
+  if (status == IBV_WC_RNR_RETRY_EXC_ERR) counters.rnr_retry_exceeded.fetch_add(1, std::memory_order_relaxed);
   const bool signaled = sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED);
   if (status == IBV_WC_SUCCESS && !signaled) {
     if (trace::on())
@@ -302,6 +311,7 @@ CompStep Qp::comp_rnr_retry_locked(CompContext& c) {
 CompStep Qp::comp_seq_nak_locked(CompContext& c) {
   const uint32_t psn = c.pkt.bth.psn;
   device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
+  device().counters().seq_naks_received.fetch_add(1, std::memory_order_relaxed);
   // A sequence NAK past a read or atomic still waiting for its response
   // says the responder executed it: the response was lost (again). Ask
   // for it again with every such NAK, not only the first time its gap was

@@ -85,6 +85,10 @@ class Qp {
   Cq* recv_cq() { return recv_cq_; }
   Srq* srq() { return srq_; }
   bool sq_sig_all() const { return sq_sig_all_; }
+  // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: the multicast datagrams this QP sends
+  // are not delivered back to it (emu/device/mcast.cpp).
+  bool blocks_self_mcast() const { return block_self_mcast_; }
+  void set_block_self_mcast() { block_self_mcast_ = true; }
   // XRC_RECV: the domain handle the QP was created with (null otherwise).
   Xrcd* xrcd() { return xrcd_; }
   void set_xrcd(Xrcd* xrcd) { xrcd_ = xrcd; }
@@ -278,6 +282,7 @@ class Qp {
   Srq* srq_;  // XRC_RECV: the SRQ the last request was for (it holds a use of it)
   Xrcd* xrcd_ = nullptr;
   std::atomic<bool> events_detached_{false};
+  bool block_self_mcast_ = false;
   bool sq_sig_all_;
   EarlyPost early_post_;
   ibv_qp_cap cap_{};

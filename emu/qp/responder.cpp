@@ -180,17 +180,20 @@ void Qp::ud_receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   if (!take_recv_wqe_locked() || need > resp_.rcv.wqe.total_length) return dropped();
   ibv_wc_status status = IBV_WC_SUCCESS;
   {
-    // The GRH area: on RoCEv2 over IPv4 its last 20 bytes are the IPv4 header the
-    // packet arrived with (rdma-core's ibv_init_ah_from_wc reads it from there);
-    // on an InfiniBand port there is no GRH on the emulated wire and the area is
-    // left as it was.
+    // The GRH area: on RoCEv2 over IPv4 its first 20 bytes are zero and its last
+    // 20 the IPv4 header the packet arrived with, TOS (the traffic class) and
+    // TTL (the hop limit) included, as rxe writes it and mlx5 scatters it
+    // (rdma-core's ibv_init_ah_from_wc reads the addresses, the TOS and the TTL
+    // from there, and the zero flow label from the first word); on an InfiniBand
+    // port there is no GRH on the emulated wire and the area is left as it was.
     uint8_t grh[kGrh] = {};
     const bool eth = device().link_layer() == LinkLayer::kEthernet;
     if (eth) {
       // A multicast packet's IP destination is its group.
       const Ipv4Flow f = device().flow(src, dst.s_addr ? dst : device().addr());
       write_ipv4_header(grh + 20, f.saddr, f.daddr,
-                        pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes);
+                        pkt.op->header_len + pkt.payload.size() + pkt.bth.pad_cnt + kIcrcBytes, pkt.ip.tos,
+                        pkt.ip.ttl);
     }
     std::vector<std::span<uint8_t>> spans;
     if (!resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, 0, need, IBV_ACCESS_LOCAL_WRITE, spans)) {
@@ -330,6 +333,7 @@ RespStep Qp::resp_nak_psn_locked(RespContext& r) {
   // expected PSN arrives.
   SV_LOG(kDebug, "qp 0x%06x: request psn %u out of sequence, expected %u%s", qpn(), r.psn, resp_.epsn,
          resp_.nak_sent ? "" : ", NAK");
+  device().counters().out_of_seq_requests.fetch_add(1, std::memory_order_relaxed);
   if (!resp_.nak_sent) {
     resp_.nak_sent = true;
     device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
@@ -344,6 +348,7 @@ RespStep Qp::resp_duplicate_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint32_t psn = r.psn;
   device().counters().duplicates.fetch_add(1, std::memory_order_relaxed);
+  device().counters().dup_requests.fetch_add(1, std::memory_order_relaxed);
   SV_LOG(kDebug, "qp 0x%06x: duplicate request psn %u, expected %u", qpn(), psn, resp_.epsn);
   if (r.op.op_class == OpClass::send || r.op.op_class == OpClass::rdma_write) {
     send_ack_locked(Aeth::ack(resp_.msn), psn_sub(resp_.epsn, 1));

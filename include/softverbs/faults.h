@@ -55,6 +55,20 @@ struct softverbs_counters {
   uint64_t faults_naks_forged;
   uint64_t port_down_drops; /* packets lost because the port was down */
   uint64_t faults_verbs;    /* verb-level and timed fault actions carried out */
+  /* The values behind the sysfs port counters (docs/compatibility.md, "Counters"). */
+  uint64_t tx_bytes;            /* octets of the IPv4 datagrams sent (IP and UDP headers, BTH .. ICRC) */
+  uint64_t rx_bytes;            /* ... and received */
+  uint64_t tx_multicast;        /* packets sent to a multicast group */
+  uint64_t rx_multicast;        /* packets received for DestQP 0xFFFFFF */
+  uint64_t host_drops;          /* packets for a device of another process that stayed full */
+  uint64_t link_downed;         /* times the port went down */
+  uint64_t dup_requests;        /* duplicate requests the responder answered again */
+  uint64_t out_of_seq_requests; /* requests the responder found out of sequence */
+  uint64_t seq_naks_received;   /* PSN sequence error NAKs the requester received */
+  uint64_t retry_exceeded;      /* send work requests failed with IBV_WC_RETRY_EXC_ERR */
+  uint64_t rnr_retry_exceeded;  /* ... with IBV_WC_RNR_RETRY_EXC_ERR */
+  uint64_t sends_completed;     /* send work requests completed successfully, signaled or not */
+  uint64_t recvs_completed;     /* receive work requests completed successfully */
 };
 
 /* Fills *out (at most size bytes) for the emulated device of that name.

@@ -175,6 +175,50 @@ TEST(SysfsView, RealClassesStayAndTheViewIsReadOnly) {
   EXPECT_EQ(r.out, "1\n" + std::to_string(classes + !had_ib + !had_verbs) + "\nread-only\n");
 }
 
+// The port counters of the view start at zero and follow the traffic of the
+// process that owns the device: ibv_rc_pingpong between two processes, one of
+// which holds the view's emu0 (the other gets a device of the same name on
+// another address, which the view does not describe). The owner rewrites the
+// files while it runs and once more at exit, so the shell reads final values.
+// The client is run again, at most ten times, while the server is not
+// listening yet.
+TEST(SysfsView, PortCountersFollowTheTraffic) {
+  SKIP_WITHOUT_VIEW();
+  if (!std::filesystem::exists("/usr/bin/ibv_rc_pingpong")) GTEST_SKIP() << "ibverbs-utils is not installed";
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const std::string pp = "ibv_rc_pingpong -d emu0 -g 1 -n 20 -p " + port;
+  const std::string script =
+      "d=/sys/class/infiniband/emu0/ports/1; cat $d/counters/port_xmit_packets $d/hw_counters/rdma_sends; " + pp +
+      " >/dev/null 2>&1 & s=$!; ok=0; for t in 1 2 3 4 5 6 7 8 9 10; do if " + pp +
+      " localhost >/dev/null 2>&1; then ok=1; break; fi; sleep 0.2; done; wait $s; echo $ok; "
+      "for f in counters/port_xmit_packets counters/port_rcv_packets counters/port_xmit_data counters/port_rcv_data "
+      "hw_counters/sent_pkts hw_counters/rcvd_pkts hw_counters/rdma_sends hw_counters/rdma_recvs "
+      "hw_counters/lifespan counters/symbol_error; do cat $d/$f; done; "
+      "touch /sys/class/infiniband/emu0/x 2>/dev/null && echo writable || echo read-only";
+  ProcessResult r = launch({}, script);
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  std::vector<std::string> v = lines_of(r.out);
+  ASSERT_EQ(v.size(), 14u) << r.out;
+  EXPECT_EQ(v[0], "0") << "a new device has sent nothing";
+  EXPECT_EQ(v[1], "0");
+  ASSERT_EQ(v[2], "1") << "ibv_rc_pingpong failed: " << r.out;
+  const uint64_t tx = std::stoull(v[3]), rx = std::stoull(v[4]), tx_words = std::stoull(v[5]),
+                 rx_words = std::stoull(v[6]);
+  EXPECT_GE(tx, 20u);
+  EXPECT_GE(rx, 20u);
+  // Data counters are 4-octet words of whole datagrams: at least the IPv4, UDP,
+  // BTH and ICRC headers of each packet, and the 4096-byte messages on top.
+  EXPECT_GE(tx_words * 4, 44 * tx + 20 * 4096);
+  EXPECT_GE(rx_words * 4, 44 * rx + 20 * 4096);
+  EXPECT_EQ(v[7], v[3]) << "sent_pkts is port_xmit_packets";
+  EXPECT_EQ(v[8], v[4]) << "rcvd_pkts is port_rcv_packets";
+  EXPECT_EQ(v[9], "20") << "20 sends completed";
+  EXPECT_EQ(v[10], "20") << "20 receives completed";
+  EXPECT_EQ(v[11], "100") << "lifespan: the refresh period in ms";
+  EXPECT_EQ(v[12], "0");
+  EXPECT_EQ(v[13], "read-only") << "only the counter directories are writable";
+}
+
 TEST(SysfsView, FallbackWithoutNamespacesIsOneInfoLine) {
   const std::string script =
       "test -e /sys/class/infiniband/emu0 && echo present || echo absent; echo ${SOFTVERBS_AUTO_ADDRS-unset}";

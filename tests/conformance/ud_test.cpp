@@ -3,10 +3,16 @@
 #include <arpa/inet.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "conformance.hpp"
+
+// Exported by libibverbs (IBVERBS_1.0) and declared in rdma-core's
+// <infiniband/driver.h>, the providers' header, which is not included here.
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 namespace conformance {
 namespace {
@@ -52,7 +58,8 @@ class UdTest : public VerbsCqTest {
   }
 
   // Sends `len` bytes from offset 0 of the buffer to `to`.
-  int send(ibv_qp* from, ibv_qp* to, uint32_t len, uint64_t wr_id, uint32_t qkey = kQkey, bool imm = false) {
+  int send(ibv_qp* from, ibv_qp* to, uint32_t len, uint64_t wr_id, uint32_t qkey = kQkey, bool imm = false,
+           ibv_ah* ah = nullptr) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
     ibv_send_wr wr{};
     ibv_send_wr* bad = nullptr;
@@ -62,7 +69,7 @@ class UdTest : public VerbsCqTest {
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.wr.ud.ah = ah_.get();
+    wr.wr.ud.ah = ah ? ah : ah_.get();
     wr.wr.ud.remote_qpn = to->qp_num;
     wr.wr.ud.remote_qkey = qkey;
     return ibv_post_send(from, &wr, &bad);
@@ -138,6 +145,97 @@ TEST_P(UdTest, SendsArriveAfterTheGrhWithTheSourceQp) {
       EXPECT_EQ(wc.slid, pattr_.lid) << "the sender's LID";
     }
   }
+}
+
+// The traffic class a datagram is sent with (its AH's, the IPv4 TOS byte on
+// RoCEv2) shows on the receiving side in the IPv4 header of the GRH area, with
+// the TTL it arrived with (the hop limit) and a zero first word (no flow label,
+// as rxe writes it). ibv_init_ah_from_wc reads them back into the reply's
+// address, so a reply through ibv_create_ah_from_wc carries the same class.
+TEST_P(UdTest, TrafficClassArrivesInTheGrhAndGoesBackThroughTheWcAh) {
+  if (!is_ethernet()) GTEST_SKIP() << "no GRH on an InfiniBand port's emulated wire";
+  ibv_ah_attr attr = loopback_ah_attr();
+  attr.grh.traffic_class = 0xb8;  // DSCP 46 (expedited forwarding), ECN 0
+  Ah tc_ah(ibv_create_ah(pd_, &attr));
+  ASSERT_TRUE(tc_ah) << std::strerror(errno);
+  uint8_t* grh = buf_.data() + 32 * 1024;
+  std::memset(grh, 0xee, kGrh + 64);
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 64, 300));
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 301, kQkey, false, tc_ah.get()), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(300, &wc)) << "no receive completion";
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  ASSERT_TRUE(wc.wc_flags & IBV_WC_GRH);
+  observe("recv.grh.tos", std::to_string(grh[21]));
+  observe("recv.grh.ttl", std::to_string(grh[28]));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(grh[i], 0) << "GRH byte " << i << " (before the IPv4 header)";
+  EXPECT_EQ(grh[20], 0x45) << "IPv4, 20-byte header";
+  EXPECT_EQ(grh[21], 0xb8) << "the TOS byte is the sender's traffic class";
+  EXPECT_EQ(grh[28], 64) << "the TTL the datagram arrived with";
+  ibv_ah_attr back{};
+  ASSERT_EQ(ibv_init_ah_from_wc(ctx_, kPort, &wc, reinterpret_cast<ibv_grh*>(grh), &back), 0) << std::strerror(errno);
+  EXPECT_EQ(back.grh.traffic_class, 0xb8);
+  EXPECT_EQ(back.grh.hop_limit, 64);
+  EXPECT_EQ(back.grh.flow_label, 0u);
+  // The reply, from b to a through the address made from the completion.
+  Ah reply(ibv_create_ah_from_wc(pd_, &wc, reinterpret_cast<ibv_grh*>(grh), kPort));
+  ASSERT_TRUE(reply) << std::strerror(errno);
+  ASSERT_TRUE(wait_for(301, &wc)) << "no send completion";
+  std::memset(grh, 0xee, kGrh + 64);
+  ASSERT_NO_FATAL_FAILURE(post_recv(a_.get(), kGrh + 64, 302));
+  ASSERT_EQ(send(b_.get(), a_.get(), 64, 303, kQkey, false, reply.get()), 0);
+  ASSERT_TRUE(wait_for(302, &wc)) << "no receive completion of the reply";
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(grh[21], 0xb8) << "the reply's traffic class";
+  ASSERT_TRUE(wait_for(303, &wc));
+  // Traffic class 0 arrives as 0 (no class left over from another datagram).
+  std::memset(grh, 0xee, kGrh + 64);
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 64, 304));
+  ASSERT_EQ(send(a_.get(), b_.get(), 64, 305), 0);
+  ASSERT_TRUE(wait_for(304, &wc));
+  EXPECT_EQ(grh[21], 0);
+  ASSERT_TRUE(wait_for(305, &wc));
+}
+
+// The port counters a device shows in sysfs (ports/1/counters, rxe's
+// ports/1/hw_counters), read through ibv_read_sysfs_file: one datagram is one
+// packet each way and its octets in 4-octet words (IPv4 and UDP headers, BTH,
+// DETH, payload, ICRC), one send and one receive completed. Skipped where the
+// device has no such files (a real device without a sysfs view in the test).
+TEST_P(UdTest, PortCountersCountTheDatagram) {
+  const std::string port = std::string(device_->ibdev_path) + "/ports/1/";
+  auto read = [&](const char* dir, const char* name, uint64_t* out) {
+    char buf[64] = {};
+    if (ibv_read_sysfs_file((port + dir).c_str(), name, buf, sizeof buf) <= 0) return false;
+    *out = std::strtoull(buf, nullptr, 10);
+    return true;
+  };
+  struct Snapshot {
+    uint64_t xmit_packets, rcv_packets, xmit_data, rcv_data, sends, recvs;
+  };
+  auto snapshot = [&](Snapshot* s) {
+    return read("counters", "port_xmit_packets", &s->xmit_packets) &&
+           read("counters", "port_rcv_packets", &s->rcv_packets) && read("counters", "port_xmit_data", &s->xmit_data) &&
+           read("counters", "port_rcv_data", &s->rcv_data) && read("hw_counters", "rdma_sends", &s->sends) &&
+           read("hw_counters", "rdma_recvs", &s->recvs);
+  };
+  Snapshot before{}, after{};
+  if (!snapshot(&before)) GTEST_SKIP() << "no counter files under " << port;
+  ASSERT_NO_FATAL_FAILURE(post_recv(b_.get(), kGrh + 512, 400));
+  ASSERT_EQ(send(a_.get(), b_.get(), 512, 401), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(wait_for(401, &wc));
+  ASSERT_TRUE(wait_for(400, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_TRUE(snapshot(&after));
+  // 20 (IPv4) + 8 (UDP) + 12 (BTH) + 8 (DETH) + 512 + 4 (ICRC) octets.
+  constexpr uint64_t kWords = (20 + 8 + 12 + 8 + 512 + 4) / 4;
+  EXPECT_EQ(after.xmit_packets - before.xmit_packets, 1u);
+  EXPECT_EQ(after.rcv_packets - before.rcv_packets, 1u);
+  EXPECT_EQ(after.xmit_data - before.xmit_data, kWords);
+  EXPECT_EQ(after.rcv_data - before.rcv_data, kWords);
+  EXPECT_EQ(after.sends - before.sends, 1u);
+  EXPECT_EQ(after.recvs - before.recvs, 1u);
 }
 
 // A datagram whose Q_Key is not the receiving QP's is dropped silently: no

@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <softverbs/faults.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -48,12 +49,16 @@ struct Dev {
     ibv_close_device(ctx);
   }
 
-  ibv_qp* ud_qp(bool rts = true) {
-    ibv_qp_init_attr ia{};
+  // create_flags != 0: created with ibv_create_qp_ex and those flags.
+  ibv_qp* ud_qp(bool rts = true, uint32_t create_flags = 0) {
+    ibv_qp_init_attr_ex ia{};
     ia.send_cq = ia.recv_cq = cq;
     ia.qp_type = IBV_QPT_UD;
     ia.cap = {16, 16, 1, 1, 0};
-    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    ia.pd = pd;
+    ia.create_flags = create_flags;
+    ibv_qp* qp = create_flags ? ibv_create_qp_ex(ctx, &ia) : ibv_create_qp(pd, reinterpret_cast<ibv_qp_init_attr*>(&ia));
     if (!qp || !rts) return qp;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
@@ -277,6 +282,50 @@ TEST_F(Mcast, SendReachesEveryAttachedQpOnBothDevices) {
 
   for (ibv_qp* qp : {sender, a1, b2}) EXPECT_EQ(ibv_detach_mcast(qp, &g, 0), 0);
   for (ibv_qp* qp : {sender, a1, b1, b2, bystander}) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: the QP created with it does not get the
+// datagrams it sends itself, while every other attached QP does: one of the same
+// context, one of another context of the same device, one of the other device.
+// It still gets what other QPs send to the group.
+TEST_F(Mcast, BlockSelfMulticastLoopbackSkipsOnlyTheSender) {
+  const ibv_gid g = group_gid("239.201.0.6");
+  Dev a2(list_[0]);  // a second context of device a
+  ASSERT_TRUE(a2.mr);
+  ibv_qp* sender = a_->ud_qp(true, IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
+  ASSERT_NE(sender, nullptr) << std::strerror(errno);
+  ibv_qp* a1 = a_->ud_qp();
+  ibv_qp* other_ctx = a2.ud_qp();
+  ibv_qp* b1 = b_->ud_qp();
+  ASSERT_TRUE(a1 && other_ctx && b1);
+  for (ibv_qp* qp : {sender, a1, other_ctx, b1}) ASSERT_EQ(ibv_attach_mcast(qp, &g, 0), 0);
+  for (int slot = 0; slot < 2; ++slot) {
+    ASSERT_NO_FATAL_FAILURE(a_->post_recv(sender, slot));
+    ASSERT_NO_FATAL_FAILURE(a_->post_recv(a1, 4 + slot));
+    ASSERT_NO_FATAL_FAILURE(a2.post_recv(other_ctx, slot));
+    ASSERT_NO_FATAL_FAILURE(b_->post_recv(b1, slot));
+  }
+  ASSERT_EQ(a_->send_to_group(sender, g, 0x71), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(a_->recv_of(a1, &wc)) << "another QP of the sender's context";
+  EXPECT_EQ(a_->buf[32768 + 1024 * wc.wr_id + kGrh], 0x71);
+  ASSERT_TRUE(a2.recv_of(other_ctx, &wc)) << "a QP of another context of the device";
+  EXPECT_EQ(a2.buf[32768 + 1024 * wc.wr_id + kGrh], 0x71);
+  ASSERT_TRUE(b_->recv_of(b1, &wc)) << "a QP of the other device";
+  // The sender's copy would have come in the same delivery as a1's.
+  EXPECT_EQ(a_->received_on(sender), 0) << "the blocking QP received its own datagram";
+
+  // What another QP sends still reaches the blocking QP, and a1 gets its own.
+  ASSERT_EQ(a_->send_to_group(a1, g, 0x72), 0);
+  ASSERT_TRUE(a_->recv_of(sender, &wc)) << "blocking is of the QP's own datagrams only";
+  EXPECT_EQ(wc.src_qp, a1->qp_num);
+  EXPECT_EQ(a_->buf[32768 + 1024 * wc.wr_id + kGrh], 0x72);
+  ASSERT_TRUE(a_->recv_of(a1, &wc)) << "a QP without the flag gets its own datagram";
+  ASSERT_TRUE(a2.recv_of(other_ctx, &wc));
+  ASSERT_TRUE(b_->recv_of(b1, &wc));
+
+  for (ibv_qp* qp : {sender, a1, other_ctx, b1}) EXPECT_EQ(ibv_detach_mcast(qp, &g, 0), 0);
+  for (ibv_qp* qp : {sender, a1, other_ctx, b1}) EXPECT_EQ(ibv_destroy_qp(qp), 0);
 }
 
 // Packet faults see multicast packets: a drop on the sending side loses the

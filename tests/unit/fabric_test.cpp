@@ -210,12 +210,13 @@ struct Received {
   in_addr src;
   uint16_t sport;
   Bytes bytes;
+  wire::IpFields ip;
 };
 
 class RecordingReceiver final : public Receiver {
  public:
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> p) override {
-    got.push_back({src, sport, Bytes(p.begin(), p.end())});
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> p, wire::IpFields ip = {}) override {
+    got.push_back({src, sport, Bytes(p.begin(), p.end()), ip});
   }
   void ready() override { ++readies; }
   std::vector<uint32_t> psns() const {
@@ -232,11 +233,11 @@ class FakeLink final : public Link {
  public:
   void attach(Receiver& r) override { up = &r; }
   void send(in_addr dst, std::span<const uint8_t> p, uint8_t = 0) override {
-    sent.push_back({dst, 0, Bytes(p.begin(), p.end())});
+    sent.push_back({dst, 0, Bytes(p.begin(), p.end()), {}});
   }
   bool drain() override {
     bool any = !arriving.empty();
-    for (auto& d : arriving) up->receive(d.src, d.sport, d.bytes);
+    for (auto& d : arriving) up->receive(d.src, d.sport, d.bytes, d.ip);
     arriving.clear();
     return any;
   }
@@ -300,14 +301,38 @@ TEST(LocalLink, DeliversBetweenLinksOfOneHubAndAnnouncesThroughTheScheduler) {
   a.send(addr("127.0.9.9"), packet(9));
   ASSERT_EQ(outside.sent.size(), 1u);
   EXPECT_EQ(outside.sent[0].src.s_addr, addr("127.0.9.9").s_addr);
-  outside.arriving.push_back({addr("127.0.9.9"), 4791, packet(10)});
+  outside.arriving.push_back({addr("127.0.9.9"), 4791, packet(10), {}});
   EXPECT_TRUE(a.drain());
   EXPECT_EQ(ra.psns(), (std::vector<uint32_t>{10}));
 }
 
+// The TOS byte a packet is sent with arrives with it (a UD receive shows it as
+// the GRH traffic class), with the TTL sockets send with; what the outside
+// link reports comes up unchanged.
+TEST(LocalLink, CarriesTheTosAndTheTtl) {
+  ManualClock clock;
+  ManualScheduler s{clock};
+  LocalHub hub;
+  FakeLink outside;
+  LocalLink a(hub, addr("127.0.1.1"), s, &outside), b(hub, addr("127.0.1.2"), s);
+  RecordingReceiver ra, rb;
+  a.attach(ra);
+  b.attach(rb);
+  a.send(addr("127.0.1.2"), packet(7), 0xb8);
+  a.send(addr("127.0.1.2"), packet(8));
+  EXPECT_TRUE(b.drain());
+  ASSERT_EQ(rb.got.size(), 2u);
+  EXPECT_EQ(rb.got[0].ip, (wire::IpFields{0xb8, 64}));
+  EXPECT_EQ(rb.got[1].ip, (wire::IpFields{0, 64}));
+  outside.arriving.push_back({addr("127.0.9.9"), 4791, packet(9), wire::IpFields{0x2a, 17}});
+  EXPECT_TRUE(a.drain());
+  ASSERT_EQ(ra.got.size(), 1u);
+  EXPECT_EQ(ra.got[0].ip, (wire::IpFields{0x2a, 17}));
+}
+
 struct FaultyFixture : ::testing::Test {
   FaultyFixture() : link(inner, filter, s, counters, "dev0") { link.attach(up); }
-  void arrive(uint32_t psn) { inner.arriving.push_back({addr("127.0.1.9"), 4791, packet(psn)}); }
+  void arrive(uint32_t psn, wire::IpFields ip = {}) { inner.arriving.push_back({addr("127.0.1.9"), 4791, packet(psn), ip}); }
 
   ManualClock clock;
   ManualScheduler s{clock};
@@ -376,7 +401,7 @@ TEST_F(FaultyFixture, RxDropDuplicateCorrupt) {
 
 TEST_F(FaultyFixture, RxDelayIsHandedOnFromTheNextDrain) {
   filter.queue(faults::FaultAction::delay, 50);
-  arrive(1);
+  arrive(1, wire::IpFields{0x48, 9});
   link.drain();
   EXPECT_TRUE(up.got.empty());
   s.advance(49us);
@@ -385,6 +410,7 @@ TEST_F(FaultyFixture, RxDelayIsHandedOnFromTheNextDrain) {
   EXPECT_EQ(up.readies, 1);  // the receiver is asked to drain
   EXPECT_TRUE(link.drain());
   EXPECT_EQ(up.psns(), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(up.got[0].ip, (wire::IpFields{0x48, 9})) << "a held-back packet keeps its IP fields";
   EXPECT_EQ(filter.seen.size(), 1u);  // held-back packets do not meet the rules again
 }
 
@@ -409,7 +435,7 @@ TEST_F(FaultyFixture, RxReorder) {
 // A device's receive path in miniature: admits what parses unless closed.
 class FakeSink final : public PacketSink {
  public:
-  bool admit(in_addr, uint16_t, std::span<const uint8_t> p, wire::PacketView& view) override {
+  bool admit(in_addr, uint16_t, std::span<const uint8_t> p, wire::PacketView& view, wire::IpFields = {}) override {
     ++admitted;
     return open && wire::parse(p, view) == wire::ParseError::ok;
   }
@@ -462,7 +488,7 @@ TEST(TapLink, CountsWhatGoesOut) {
   RecordingReceiver up;
   tap.attach(up);
   tap.send(addr("127.0.1.2"), packet(1));
-  inner.arriving.push_back({addr("127.0.1.2"), 4791, packet(2)});
+  inner.arriving.push_back({addr("127.0.1.2"), 4791, packet(2), {}});
   EXPECT_TRUE(tap.drain());
   EXPECT_EQ(counters.tx_packets, 1u);
   EXPECT_EQ(inner.sent.size(), 1u);

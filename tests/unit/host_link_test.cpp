@@ -60,8 +60,9 @@ uint32_t psn_of(std::span<const uint8_t> p) {
 // Receives on the draining thread; ready() comes from the scheduler's thread.
 class Collector final : public Receiver {
  public:
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> p) override {
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> p, wire::IpFields ip = {}) override {
     std::lock_guard lock(mu);
+    ips.push_back(ip);
     srcs.push_back(src.s_addr);
     sports.push_back(sport);
     psns.push_back(psn_of(p));
@@ -73,6 +74,7 @@ class Collector final : public Receiver {
     return psns.size();
   }
   std::mutex mu;
+  std::vector<wire::IpFields> ips;
   std::vector<in_addr_t> srcs;
   std::vector<uint16_t> sports;
   std::vector<uint32_t> psns;
@@ -157,12 +159,14 @@ TEST(HostLink, DeliversTheExactBytesFromTheSendersAddress) {
   RealTimeScheduler s;
   End a(s, 1, 100ms), b(s, 2, 100ms);
   const Bytes p = packet(7, 1000);
-  a.link->send(b.addr, p);
+  a.link->send(b.addr, p, 0x2e);
   b.drain_until(1);
   ASSERT_EQ(b.rx.count(), 1u);
   EXPECT_EQ(b.rx.srcs[0], a.addr.s_addr);
   EXPECT_EQ(b.rx.sports[0], wire::kRoceV2UdpPort);
   EXPECT_EQ(b.rx.last, p);
+  // The TOS byte (the traffic class) travels in the prefix.
+  EXPECT_EQ(b.rx.ips[0], (wire::IpFields{0x2e, 64}));
   EXPECT_TRUE(a.udp.sent.empty());  // nothing went by UDP
   EXPECT_FALSE(b.link->drain());
 }
