@@ -8,9 +8,9 @@ void OutsideLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos
   inner_.send(dst, packet, tos);
 }
 
-void OutsideLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) {
+void OutsideLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
   scheduler_.note_outside();
-  up_->receive(src, sport, packet);
+  up_->receive(src, sport, packet, ip);
 }
 
 void OutsideLink::ready() {

@@ -18,7 +18,7 @@ class OutsideLink final : public LinkDecorator {
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
 
  protected:
-  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override;
+  void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;
   void ready() override;
 
  private:
