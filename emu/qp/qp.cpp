@@ -269,6 +269,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb) {
   for (; wr; wr = wr->next) {
     SendCheck c;
     rc = wr == fail_at ? fail_errno : check_send_locked(state, *wr, 0, &c, bind_verb);
+    if (!rc) rc = sq_.reserve();  // the ring, at the first post
     if (rc) {
       *bad_wr = wr;
       break;
@@ -298,6 +299,8 @@ int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
     if (!opcode_valid_for(type_, wrs[i].opcode)) return EINVAL;
     if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &c)) return err;
   }
+  if (!wrs.empty())
+    if (int err = sq_.reserve()) return err;  // the ring, at the first post
   for (const ibv_send_wr& w : wrs) {
     check_send_locked(state, w, 0, &c);
     enqueue_send_locked(w, c.total, c.is_inline, c.ud_dest);

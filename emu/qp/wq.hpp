@@ -1,5 +1,7 @@
-// Work queues: fixed-capacity rings of work queue entries, sized once at creation
-// (like a NIC's queue buffers), so posting never allocates.
+// Work queues: fixed-capacity rings of work queue entries, sized by what the
+// QP or SRQ was created with and allocated once, at the first post (reserve()),
+// so that an idle queue costs a few dozen bytes and posting allocates at most
+// that once: a program may create max_qp QPs with deep queues and use a few.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -7,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <vector>
 
 namespace softverbs::emu {
@@ -115,12 +118,26 @@ class WorkQueue {
  public:
   WorkQueue() = default;
   WorkQueue(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0)
-      : max_wr_(max_wr),
-        max_sge_(max_sge ? max_sge : 1),
-        max_inline_(max_inline),
-        wqes_(max_wr ? max_wr : 1),
-        sges_(static_cast<size_t>(max_wr ? max_wr : 1) * (max_sge ? max_sge : 1)),
-        inline_(static_cast<size_t>(max_wr) * max_inline) {}
+      : max_wr_(max_wr), max_sge_(max_sge ? max_sge : 1), max_inline_(max_inline) {}
+
+  // Allocates the ring on first use: 0, or ENOMEM (what a post returns for a
+  // full queue too) with the queue still empty and usable later.
+  int reserve() noexcept {
+    if (!wqes_.empty()) return 0;
+    try {
+      const size_t slots = max_wr_ ? max_wr_ : 1;
+      std::vector<Sge> sges(slots * max_sge_);
+      std::vector<uint8_t> inl(static_cast<size_t>(max_wr_) * max_inline_);
+      wqes_.resize(slots);
+      sges_.swap(sges);
+      inline_.swap(inl);
+    } catch (const std::bad_alloc&) {
+      wqes_.clear();
+      wqes_.shrink_to_fit();
+      return ENOMEM;
+    }
+    return 0;
+  }
 
   uint32_t capacity() const { return max_wr_; }
   uint32_t max_sge() const { return max_sge_; }
@@ -129,7 +146,7 @@ class WorkQueue {
   bool empty() const { return head_ == tail_; }
   bool full() const { return size() >= max_wr_; }
 
-  // Slot for the next post; valid until push().
+  // Slot for the next post (after reserve()); valid until push().
   Wqe& next() { return wqes_[index(tail_)]; }
   Sge* next_sges() { return &sges_[static_cast<size_t>(index(tail_)) * max_sge_]; }
   uint8_t* next_inline() { return max_inline_ ? &inline_[static_cast<size_t>(index(tail_)) * max_inline_] : nullptr; }
@@ -163,6 +180,7 @@ class WorkQueue {
 inline int post_recv_wqe(WorkQueue<RecvWqe>& rq, const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq.max_sge()) return EINVAL;
   if (rq.full()) return ENOMEM;
+  if (int err = rq.reserve()) return err;
   RecvWqe& wqe = rq.next();
   wqe.wr_id = wr.wr_id;
   wqe.num_sge = static_cast<uint32_t>(wr.num_sge);
