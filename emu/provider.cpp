@@ -219,7 +219,13 @@ ibv_comp_channel* EmuProvider::create_comp_channel(ibv_context* context) {
   int fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (fd < 0) return nullptr;
   Context* ctx = Context::from(context);
-  auto ch = std::make_unique<CompChannel>(*ctx, fd);
+  std::unique_ptr<CompChannel> ch;
+  try {
+    ch = std::make_unique<CompChannel>(*ctx, fd);  // owns fd from here on
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   ctx->users.get();
   return ch.release()->ibv();
 }
@@ -261,7 +267,10 @@ void EmuProvider::ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
   if (failed(context)) return fail<ibv_pd>(EIO);
   Context* ctx = Context::from(context);
+  Charge charge = ctx->device().charge(ObjectType::pd);
+  if (!charge) return fail<ibv_pd>(ENOMEM);  // max_pd PDs exist
   auto pd = std::make_unique<Pd>(*ctx);
+  pd->charge = std::move(charge);
   pd->ibv()->handle = ctx->handles.add(ObjectType::pd, pd->ibv());
   ctx->users.get();
   return pd.release()->ibv();
@@ -314,16 +323,9 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
 }
 
 namespace {
-// Registers the checked region: its key, its number, its hold on the PD.
+// Registers the checked region (publish_mr: its count, key, number and hold on the PD).
 ibv_mr* add_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
-  Pd* p = Pd::from(pd);
-  auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
-  uint32_t key = p->context().device().register_mr(mr.get());
-  mr->ibv()->lkey = key;
-  mr->ibv()->rkey = key;
-  mr->ibv()->handle = p->context().handles.add(ObjectType::mr, mr->ibv());
-  p->users.get();
-  return mr.release()->ibv();
+  return publish_mr(std::make_unique<Mr>(*Pd::from(pd), addr, length, iova, access));
 }
 }  // namespace
 
@@ -435,13 +437,22 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
       a.max_sge > static_cast<uint32_t>(caps::kMaxSrqSge))
     return fail<ibv_srq>(EINVAL);
   Pd* p = Pd::from(pd);
+  Charge charge = p->context().device().charge(ObjectType::srq);
+  if (!charge) return fail<ibv_srq>(ENOMEM);  // max_srq SRQs exist
   uint32_t max_sge = a.max_sge ? a.max_sge : 1;
   auto srq = std::make_unique<Srq>(*p, *attr, a.max_wr, max_sge);
+  srq->charge = std::move(charge);
+  const uint32_t handle = p->context().handles.add(ObjectType::srq, srq->ibv());
+  try {
+    srq->srqn = register_srq(p->context().device(), srq.get());
+  } catch (...) {
+    p->context().handles.remove(handle);
+    throw;
+  }
+  srq->ibv()->handle = handle;
   // The caller learns the actual sizes.
   attr->attr.max_wr = a.max_wr;
   attr->attr.max_sge = max_sge;
-  srq->ibv()->handle = p->context().handles.add(ObjectType::srq, srq->ibv());
-  srq->srqn = register_srq(p->context().device(), srq.get());
   p->users.get();
   return srq.release()->ibv();
 }
@@ -537,11 +548,13 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
                      cap.max_recv_sge > static_cast<uint32_t>(caps::kMaxSge)))
     return fail<ibv_qp>(EINVAL);
 
+  Charge charge = ctx.device().charge(ObjectType::qp);
+  if (!charge) return fail<ibv_qp>(ENOMEM);  // max_qp QPs exist
   auto qp = std::make_unique<Qp>(*p, *attr);
+  qp->charge = std::move(charge);
   if (extended) qp->make_extended();
-  qp->set_qpn(ctx.device().register_qp(qp.get()));
+  publish_qp(ctx, *qp);
   cap = qp->cap();  // the actual capabilities
-  qp->ibv()->handle = ctx.handles.add(ObjectType::qp, qp->ibv());
   p->users.get();
   Cq::from(attr->send_cq)->users.get();
   Cq::from(attr->recv_cq)->users.get();
@@ -639,7 +652,10 @@ ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   Pd* p = Pd::from(pd);
   if (int err = lookup_write(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_ah>(err);
   if (int err = check_ah_attr(p->context(), *attr)) return fail<ibv_ah>(err);
+  Charge charge = p->context().device().charge(ObjectType::ah);
+  if (!charge) return fail<ibv_ah>(ENOMEM);  // max_ah AHs exist
   auto ah = std::make_unique<Ah>(*p, *attr);
+  ah->charge = std::move(charge);
   ah->ibv()->handle = p->context().handles.add(ObjectType::ah, ah->ibv());
   p->users.get();
   return ah.release()->ibv();

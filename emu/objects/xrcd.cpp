@@ -153,6 +153,8 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
   base.qp_context = attr->qp_context;
   base.qp_type = attr->qp_type;
   base.sq_sig_all = attr->sq_sig_all;
+  Charge charge = ctx->device().charge(ObjectType::qp);
+  if (!charge) return fail<ibv_qp>(ENOMEM);  // max_qp QPs exist
   std::unique_ptr<Qp> qp;
   Pd* pd = nullptr;
   Xrcd* xrcd = nullptr;
@@ -183,9 +185,9 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     qp->set_xrcd(xrcd);
     qp->ibv()->pd = nullptr;
   }
-  qp->set_qpn(ctx->device().register_qp(qp.get()));
+  qp->charge = std::move(charge);
+  publish_qp(*ctx, *qp);
   attr->cap = qp->cap();
-  qp->ibv()->handle = ctx->handles.add(ObjectType::qp, qp->ibv());
   pd->users.get();
   if (scq) {
     scq->users.get();  // as send CQ and as the stand-in receive CQ: destroy_qp puts both
@@ -197,6 +199,8 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
 
 }  // namespace
 
+// Reached from ibv_create_qp (behind the ABI's barrier) and from the inline
+// ibv_create_qp_ex (op_create_qp_ex's): both turn an exception into ENOMEM/EIO.
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) { return create_xrc_qp_unguarded(context, attr); }
 
 Xrcd::Xrcd(Context& ctx, std::shared_ptr<XrcDomain> domain) : ctx_(ctx), domain_(std::move(domain)), qp_pd_(ctx) {

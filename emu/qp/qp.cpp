@@ -92,6 +92,17 @@ Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr)
   attr_.cap = cap_;
 }
 
+void publish_qp(Context& ctx, Qp& qp) {
+  const uint32_t handle = ctx.handles.add(ObjectType::qp, qp.ibv());
+  try {
+    qp.set_qpn(ctx.device().register_qp(&qp));
+  } catch (...) {
+    ctx.handles.remove(handle);
+    throw;
+  }
+  qp.ibv()->handle = handle;
+}
+
 Qp::~Qp() {
   pthread_mutex_destroy(&handle_.pub.qp_base.mutex);
   pthread_cond_destroy(&handle_.pub.qp_base.cond);

@@ -86,6 +86,7 @@ class Qp {
   void set_xrcd(Xrcd* xrcd) { xrcd_ = xrcd; }
 
   EventCount events;
+  Charge charge;  // max_qp
 
   // ---- the transport engine (requester.cpp, responder.cpp, completer.cpp)
   // Entry point for a packet addressed to this QP; called by the device's
@@ -289,5 +290,9 @@ class Qp {
   CompleterState comp_;
   ResponderState resp_;
 };
+
+// Makes a constructed QP live: its QP number on the device and its object number
+// in the context. May throw std::bad_alloc, with neither taken.
+void publish_qp(Context& ctx, Qp& qp);
 
 }  // namespace softverbs::emu
