@@ -223,7 +223,13 @@ ibv_comp_channel* EmuProvider::create_comp_channel(ibv_context* context) {
   int fd = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (fd < 0) return nullptr;
   Context* ctx = Context::from(context);
-  auto ch = std::make_unique<CompChannel>(*ctx, fd);
+  std::unique_ptr<CompChannel> ch;
+  try {
+    ch = std::make_unique<CompChannel>(*ctx, fd);  // owns fd from here on
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   ctx->users.get();
   return ch.release()->ibv();
 }
@@ -265,7 +271,10 @@ void EmuProvider::ack_cq_events(ibv_cq* cq, unsigned int nevents) {
 ibv_pd* EmuProvider::alloc_pd(ibv_context* context) {
   if (failed(context)) return fail<ibv_pd>(EIO);
   Context* ctx = Context::from(context);
+  Charge charge = ctx->device().charge(ObjectType::pd);
+  if (!charge) return fail<ibv_pd>(ENOMEM);  // max_pd PDs exist
   auto pd = std::make_unique<Pd>(*ctx);
+  pd->charge = std::move(charge);
   pd->ibv()->handle = ctx->handles.add(ObjectType::pd, pd->ibv());
   ctx->users.get();
   trace_object(ctx->device(), "alloc_pd", pd->ibv()->handle);
@@ -328,18 +337,13 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
 }
 
 namespace {
-// Registers the checked region: its key, its number, its hold on the PD.
+// Registers the checked region (publish_mr: its count, key, number and hold on the PD).
 ibv_mr* add_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
-  Pd* p = Pd::from(pd);
-  auto mr = std::make_unique<Mr>(*p, addr, length, iova, access);
-  uint32_t key = p->context().device().register_mr(mr.get());
-  mr->ibv()->lkey = key;
-  mr->ibv()->rkey = key;
-  mr->ibv()->pd = pd;  // a parent domain stays what the region names (libibverbs sets mr->pd)
-  mr->ibv()->handle = p->context().handles.add(ObjectType::mr, mr->ibv());
-  p->users.get();
-  trace_object(p->context().device(), "reg_mr", key);
-  return mr.release()->ibv();
+  ibv_mr* mr = publish_mr(std::make_unique<Mr>(*Pd::from(pd), addr, length, iova, access));
+  if (!mr) return nullptr;
+  mr->pd = pd;  // a parent domain stays what the region names (libibverbs sets mr->pd)
+  trace_object(Pd::from(pd)->context().device(), "reg_mr", mr->lkey);
+  return mr;
 }
 }  // namespace
 
@@ -461,16 +465,25 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
       a.max_sge > static_cast<uint32_t>(caps::kMaxSrqSge))
     return fail<ibv_srq>(EINVAL);
   Pd* p = Pd::from(pd);
+  Charge charge = p->context().device().charge(ObjectType::srq);
+  if (!charge) return fail<ibv_srq>(ENOMEM);  // max_srq SRQs exist
   uint32_t max_sge = a.max_sge ? a.max_sge : 1;
   ParentDomain* domain = parent_domain_of(pd);
   auto srq = std::make_unique<Srq>(*p, *attr, a.max_wr, max_sge, domain);
   srq->ibv()->pd = pd;  // the parent domain, when given one
+  srq->charge = std::move(charge);
+  const uint32_t handle = p->context().handles.add(ObjectType::srq, srq->ibv());
+  try {
+    srq->srqn = register_srq(p->context().device(), srq.get());
+  } catch (...) {
+    p->context().handles.remove(handle);
+    throw;
+  }
+  srq->ibv()->handle = handle;
+  trace_object(p->context().device(), "create_srq", srq->srqn);
   // The caller learns the actual sizes.
   attr->attr.max_wr = a.max_wr;
   attr->attr.max_sge = max_sge;
-  srq->ibv()->handle = p->context().handles.add(ObjectType::srq, srq->ibv());
-  srq->srqn = register_srq(p->context().device(), srq.get());
-  trace_object(p->context().device(), "create_srq", srq->srqn);
   p->users.get();
   if (domain) domain->users.get();
   return srq.release()->ibv();
@@ -578,14 +591,16 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
                      cap.max_recv_sge > static_cast<uint32_t>(caps::kMaxSge)))
     return fail<ibv_qp>(EINVAL);
 
+  Charge charge = ctx.device().charge(ObjectType::qp);
+  if (!charge) return fail<ibv_qp>(ENOMEM);  // max_qp QPs exist
   // A parent domain's allocator holds the queues (mlx5_create_qp).
   ParentDomain* domain = parent_domain_of(pd);
   auto qp = std::make_unique<Qp>(*p, *attr, domain);
+  qp->charge = std::move(charge);
   if (extended) qp->make_extended();
   qp->ibv()->pd = pd;  // the parent domain, when given one
-  qp->set_qpn(ctx.device().register_qp(qp.get()));
+  publish_qp(ctx, *qp);
   cap = qp->cap();  // the actual capabilities
-  qp->ibv()->handle = ctx.handles.add(ObjectType::qp, qp->ibv());
   p->users.get();
   if (domain) domain->users.get();
   trace_object(ctx.device(), "create_qp", qp->qpn());
@@ -712,8 +727,11 @@ ibv_ah* EmuProvider::create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   Pd* p = Pd::from(pd);
   if (int err = lookup_write(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_ah>(err);
   if (int err = check_ah_attr(p->context(), *attr)) return fail<ibv_ah>(err);
+  Charge charge = p->context().device().charge(ObjectType::ah);
+  if (!charge) return fail<ibv_ah>(ENOMEM);  // max_ah AHs exist
   auto ah = std::make_unique<Ah>(*p, *attr);
   ah->ibv()->pd = pd;
+  ah->charge = std::move(charge);
   ah->ibv()->handle = p->context().handles.add(ObjectType::ah, ah->ibv());
   p->users.get();
   trace_object(p->context().device(), "create_ah", ah->ibv()->handle);

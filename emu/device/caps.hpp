@@ -20,7 +20,11 @@ inline constexpr uint32_t kHwVer = 1;
 inline constexpr const char* kFwVer = "1.0.0";
 inline constexpr const char* kBoardId = "SOFTVERBS_EMU";
 
-// Device limits (struct ibv_device_attr).
+// Device limits (struct ibv_device_attr). The object counts (max_qp, max_cq,
+// max_srq, max_pd, max_mr, max_mw, max_ah) are enforced per device
+// (Device::charge: ENOMEM one past them) and are chosen so that a program can
+// reach each on a machine of a few GiB in seconds: docs/compatibility.md has the
+// bytes per object and the times.
 inline constexpr uint64_t kMaxMrSize = UINT64_MAX;
 inline constexpr uint64_t kPageSizeCap = 0xfffffffffffff000ull;  // 4 KiB and every larger power of two
 inline constexpr int kMaxQp = 262144;
@@ -34,22 +38,25 @@ inline constexpr unsigned kDeviceCapFlags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVIC
                                             IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 inline constexpr int kMaxSge = 30;
 inline constexpr int kMaxSgeRd = 30;
-inline constexpr int kMaxCq = 16777216;
+inline constexpr int kMaxCq = 1048576;  // 4 per QP; ConnectX: 16777216
 inline constexpr int kMaxCqe = 4194303;
-inline constexpr int kMaxMr = 16777216;
-inline constexpr int kMaxPd = 16777216;
+// Regions and windows share the 24-bit key index space (2^24 - 1 usable
+// indexes): together they leave a quarter of it free, which keeps the round
+// robin search for a free index short (Device::register_mr).
+inline constexpr int kMaxMr = 8388608;  // ConnectX: 16777216
+inline constexpr int kMaxPd = 8388608;  // ConnectX: 8388608 to 16777216
 inline constexpr int kMaxQpRdAtom = 16;
 inline constexpr int kMaxEeRdAtom = 0;
 inline constexpr int kMaxResRdAtom = kMaxQp * kMaxQpRdAtom;
 inline constexpr int kMaxQpInitRdAtom = 16;
 inline constexpr int kMaxEeInitRdAtom = 0;
 inline constexpr ibv_atomic_cap kAtomicCap = IBV_ATOMIC_HCA;
-inline constexpr int kMaxMw = 16777216;  // memory windows of both types (ibv_alloc_mw)
-inline constexpr int kMaxAh = 2147483647;
+inline constexpr int kMaxMw = 4194304;  // memory windows of both types (ibv_alloc_mw); ConnectX: 16777216
+inline constexpr int kMaxAh = 4194304;  // mlx5 reports INT_MAX (its AHs never reach the kernel)
 inline constexpr int kMaxMcastGrp = 2097152;
 inline constexpr int kMaxMcastQpAttach = 240;
 inline constexpr int kMaxTotalMcastQpAttach = kMaxMcastGrp * kMaxMcastQpAttach;
-inline constexpr int kMaxSrq = 8388608;
+inline constexpr int kMaxSrq = 1048576;  // ConnectX: 8388608
 inline constexpr int kMaxSrqWr = 32767;
 inline constexpr int kMaxSrqSge = 31;
 inline constexpr uint16_t kMaxPkeys = 128;

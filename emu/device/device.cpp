@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -192,46 +193,45 @@ uint32_t Device::register_mr(Mr* mr) {
   std::lock_guard lock(mu_);
   // A key is a 24-bit index and an 8-bit variant that changes on every use of the
   // index, so a stale key from a deregistered region does not match a new one.
+  // Indexes are handed out round robin; max_mr + max_mw keep at least a quarter
+  // of the index space free (caps.hpp), so the search is short on average.
   for (;;) {
     uint32_t index = next_mr_index_;
     next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
     if (next_mr_index_ == 0) next_mr_index_ = 1;
-    uint32_t key = (index << 8) | next_mr_key_++;
-    if (!mrs_.count(key) && !mws_.count(index)) {
-      mrs_[key] = mr;
-      return key;
-    }
+    if (mrs_.count(index) || mws_.count(index)) continue;
+    const uint32_t key = (index << 8) | next_mr_key_;
+    mrs_[index] = mr;  // may throw: nothing registered then
+    ++next_mr_key_;
+    mr->key = key;
+    return key;
   }
 }
 
 Mr* Device::find_mr_locked(uint32_t key) {
   std::lock_guard lock(mu_);
-  auto it = mrs_.find(key);
-  return it == mrs_.end() ? nullptr : it->second;
+  auto it = mrs_.find(key >> 8);
+  return it == mrs_.end() || it->second->key != key ? nullptr : it->second;
 }
 
 int Device::deregister_mr(Mr* mr) {
   std::unique_lock mr_lock(mr_mu_);  // waits for transfers using the region
   if (mr->bound_windows) return EINVAL;
   std::lock_guard lock(mu_);
-  mrs_.erase(mr->lkey());
+  mrs_.erase(mr->key >> 8);
   return 0;
 }
 
 uint32_t Device::register_mw(Mw* mw) {
   std::lock_guard lock(mu_);
-  if (mws_.size() >= static_cast<size_t>(caps::kMaxMw)) return 0;
-  // The same index sequence as the regions', skipping any index a region's key
-  // or a window already uses (a region's index is in use whatever its key byte).
+  // The same index sequence as the regions', skipping any index a region or a
+  // window already uses. max_mw is counted by the window's Charge.
   for (;;) {
     uint32_t index = next_mr_index_;
     next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
     if (next_mr_index_ == 0) next_mr_index_ = 1;
-    if (mws_.count(index)) continue;
-    bool region = false;
-    for (uint32_t b = 0; b < 256 && !region; ++b) region = mrs_.count((index << 8) | b) != 0;
-    if (region) continue;
-    mws_[index] = mw;
+    if (mws_.count(index) || mrs_.count(index)) continue;
+    mws_[index] = mw;  // may throw: nothing registered then
     return index;
   }
 }
@@ -245,6 +245,38 @@ Mw* Device::find_mw_locked(uint32_t rkey) {
   std::lock_guard lock(mu_);
   auto it = mws_.find(rkey >> 8);
   return it == mws_.end() ? nullptr : it->second;
+}
+
+// ---- object counts ---------------------------------------------------------
+
+int Device::limit_of(ObjectType type) noexcept {
+  switch (type) {
+    case ObjectType::pd: return caps::kMaxPd;
+    case ObjectType::mr: return caps::kMaxMr;
+    case ObjectType::cq: return caps::kMaxCq;
+    case ObjectType::srq: return caps::kMaxSrq;
+    case ObjectType::qp: return caps::kMaxQp;
+    case ObjectType::ah: return caps::kMaxAh;
+    case ObjectType::mw: return caps::kMaxMw;
+    case ObjectType::dm:    // bounded by max_dm_size instead
+    case ObjectType::xrcd:  // no attribute of ibv_device_attr
+      break;
+  }
+  return INT_MAX;
+}
+
+Charge Device::charge(ObjectType type) {
+  std::atomic<int>& n = live_[static_cast<size_t>(type)];
+  const int limit = limit_of(type);
+  int cur = n.load(std::memory_order_relaxed);
+  do {
+    if (cur >= limit) return Charge{};
+  } while (!n.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed));
+  return Charge(this, type);
+}
+
+void Device::discharge(ObjectType type) noexcept {
+  live_[static_cast<size_t>(type)].fetch_sub(1, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------

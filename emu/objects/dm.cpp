@@ -137,16 +137,11 @@ ibv_mr* reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsign
     return fail<ibv_mr>(EINVAL);
   Dm* d = Dm::from(dm);
   if (offset > d->length() || length > d->length() - offset) return fail<ibv_mr>(EINVAL);
-  Pd* p = Pd::from(pd);
-  auto mr = std::make_unique<Mr>(*p, nullptr, length, 0, access);
+  auto mr = std::make_unique<Mr>(*Pd::from(pd), nullptr, length, 0, access);
   mr->set_dm(d, d->memory() + offset);
-  uint32_t key = ctx.device().register_mr(mr.get());
-  mr->ibv()->lkey = key;
-  mr->ibv()->rkey = key;
-  mr->ibv()->handle = ctx.handles.add(ObjectType::mr, mr->ibv());
-  p->users.get();
-  d->users.get();
-  return mr.release()->ibv();
+  ibv_mr* pub = publish_mr(std::move(mr));
+  if (pub) d->users.get();
+  return pub;
 }
 
 // Reached from the application's inline verbs: no exception may leave them.

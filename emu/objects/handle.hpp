@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <set>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -50,10 +49,12 @@ enum class ObjectType : uint8_t { pd, mr, cq, srq, qp, ah, mw, dm, xrcd };
 // object by the number in the public struct's `handle` (rdma_lookup_get_uobject).
 class HandleTable {
  public:
-  // Gives pub the lowest free number.
+  // Gives pub the lowest free number: O(log n). May throw std::bad_alloc, with
+  // nothing changed.
   uint32_t add(ObjectType type, const void* pub);
-  // The number is free again (the object is destroyed).
-  void remove(uint32_t handle);
+  // The number is free again (the object is destroyed). Never allocates, so a
+  // destroy verb cannot fail for want of memory.
+  void remove(uint32_t handle) noexcept;
   // Whether pub's `handle` names pub, of that type: 0, ENOENT when no object has
   // that number, EINVAL when an object of another type has it (as the kernel
   // answers both), and EINVAL too when another object of the same type has it,
@@ -84,7 +85,10 @@ class HandleTable {
   };
   mutable std::mutex mu_;
   std::vector<Entry> entries_;  // indexed by number
-  std::set<uint32_t> free_;     // free numbers below entries_.size()
+  // The free numbers below entries_.size(), a min-heap (4 bytes each, where a
+  // tree node would take 40); its capacity follows entries_' so remove() never
+  // allocates.
+  std::vector<uint32_t> free_;
   std::unordered_map<const void*, Alias> aliases_;  // by the alias's public struct
 };
 

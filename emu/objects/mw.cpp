@@ -46,19 +46,28 @@ ibv_mw* alloc_mw_unguarded(ibv_pd* pd, ibv_mw_type type) {
     errno = EINVAL;
     return nullptr;
   }
-  auto mw = std::make_unique<Mw>(*p, type);
-  mw->ibv()->pd = pd;  // a parent domain stays what the window names
-  const uint32_t index = dev.register_mw(mw.get());
-  if (!index) {
+  Charge charge = dev.charge(ObjectType::mw);
+  if (!charge) {
     errno = ENOMEM;  // max_mw windows exist
     return nullptr;
+  }
+  auto mw = std::make_unique<Mw>(*p, type);
+  mw->charge = std::move(charge);
+  mw->ibv()->pd = pd;  // a parent domain stays what the window names
+  const uint32_t handle = ctx.handles.add(ObjectType::mw, mw->ibv());
+  uint32_t index;
+  try {
+    index = dev.register_mw(mw.get());
+  } catch (...) {
+    ctx.handles.remove(handle);
+    throw;
   }
   // A type 1 window is valid (unbound) from the start, a type 2 one free; both
   // start with key byte 0, so the first ibv_inc_rkey gives 1.
   mw->rkey = window_rkey(index, 0);
   mw->ibv()->rkey = mw->rkey;
   // The window's object number; its key index stays in its rkey.
-  mw->ibv()->handle = ctx.handles.add(ObjectType::mw, mw->ibv());
+  mw->ibv()->handle = handle;
   p->users.get();
   return mw.release()->ibv();
 }

@@ -26,6 +26,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "emu/device/config.hpp"
@@ -66,6 +67,7 @@ class Cq;
 class Srq;
 class Xrcd;
 class Qp;
+class Charge;
 
 // ---------------------------------------------------------------------------
 // Device: one per configured emulated device, alive for the whole process.
@@ -116,7 +118,18 @@ class Device final : private fabric::PacketSink {
   // Synthetic sysfs attributes (ibv_read_sysfs_file on ibdev_path).
   bool sysfs_attr(const std::string& attr, std::string* value) const;
 
+  // ---- object counts (the device attributes' max_pd, max_qp, ...) ----------
+  // Counts one more object of that type against the device's limit
+  // (limit_of): an empty Charge when the limit is reached, which the verb
+  // turns into ENOMEM, as the kernel does when a ConnectX runs out of them.
+  // The count is given back when the Charge (kept in the object) is destroyed.
+  Charge charge(ObjectType type);
+  void discharge(ObjectType type) noexcept;
+  // The limit of a type (caps.hpp), INT_MAX for the types with none.
+  static int limit_of(ObjectType type) noexcept;
+
   // QP numbers and memory keys are per device: a peer addresses them on the wire.
+  // register_qp and register_mr may throw std::bad_alloc (nothing is registered then).
   uint32_t register_qp(Qp* qp);
   void unregister_qp(uint32_t qpn);
   Qp* find_qp(uint32_t qpn);
@@ -127,9 +140,10 @@ class Device final : private fabric::PacketSink {
   std::shared_mutex& mr_lock() { return mr_mu_; }
   // Memory windows share the 24-bit key index space with the regions, so one
   // rkey names at most one of them; a window is found by its index alone (its
-  // key byte changes with every bind). register_mw returns the index, or 0 when
-  // max_mw windows exist. Lookups hold mr_lock(), changes of a window's binding
-  // hold it exclusively.
+  // key byte changes with every bind). register_mw returns the index (max_mw is
+  // counted by the window's Charge) and may throw std::bad_alloc, with nothing
+  // registered. Lookups hold mr_lock(), changes of a window's binding hold it
+  // exclusively.
   uint32_t register_mw(Mw* mw);
   void unregister_mw(uint32_t index);
   Mw* find_mw_locked(uint32_t rkey);
@@ -250,8 +264,12 @@ class Device final : private fabric::PacketSink {
   std::unordered_map<uint32_t, Qp*> qps_;
   uint32_t next_mr_index_ = 1;
   uint8_t next_mr_key_ = 0;
+  // Regions and windows by key index (the key's upper 24 bits): one lookup
+  // tells whether an index is taken, and finds what a key names.
   std::unordered_map<uint32_t, Mr*> mrs_;
-  std::unordered_map<uint32_t, Mw*> mws_;  // by key index
+  std::unordered_map<uint32_t, Mw*> mws_;
+  // Live objects per ObjectType (charge/discharge).
+  std::atomic<int> live_[static_cast<size_t>(ObjectType::xrcd) + 1] = {};
   std::shared_mutex mr_mu_;
   std::vector<Context*> contexts_;  // under mu_
   std::unique_ptr<uint8_t[]> dm_mem_;    // under mu_, allocated on first use
@@ -302,6 +320,36 @@ class DeviceRegistry {
   std::vector<std::unique_ptr<Device>> owned_;
   std::vector<Device*> devices_;
   std::string error_;
+};
+
+// One object counted against its device's limit for its type (Device::charge).
+// Objects keep theirs as a member, so the count is given back whenever the
+// object is destroyed: by its destroy verb, or by a creation that fails after it.
+class Charge {
+ public:
+  Charge() = default;
+  Charge(Device* dev, ObjectType type) noexcept : dev_(dev), type_(type) {}
+  Charge(Charge&& o) noexcept : dev_(std::exchange(o.dev_, nullptr)), type_(o.type_) {}
+  Charge& operator=(Charge&& o) noexcept {
+    if (this != &o) {
+      reset();
+      dev_ = std::exchange(o.dev_, nullptr);
+      type_ = o.type_;
+    }
+    return *this;
+  }
+  Charge(const Charge&) = delete;
+  Charge& operator=(const Charge&) = delete;
+  ~Charge() { reset(); }
+  explicit operator bool() const noexcept { return dev_ != nullptr; }
+
+ private:
+  void reset() noexcept {
+    if (dev_) dev_->discharge(type_);
+    dev_ = nullptr;
+  }
+  Device* dev_ = nullptr;
+  ObjectType type_ = ObjectType::pd;
 };
 
 // ---------------------------------------------------------------------------
@@ -384,6 +432,7 @@ class Pd {
   static Pd* from(ibv_pd* pd) { return Handle<ibv_pd, Pd>::owner_of(pd); }
   Context& context() { return ctx_; }
   UseCount users;
+  Charge charge;  // max_pd (none for an XRC domain's internal PD)
 
  private:
   Handle<ibv_pd, Pd> handle_;
@@ -418,6 +467,10 @@ class Mr {
 
   // Memory windows bound to the region (under the device's mr_lock()).
   uint32_t bound_windows = 0;
+  // The device's own copy of the key (register_mr): lookups and
+  // deregistration never trust the public lkey, which the application can write.
+  uint32_t key = 0;
+  Charge charge;  // max_mr
 
  private:
   Handle<ibv_mr, Mr> handle_;
@@ -427,6 +480,12 @@ class Mr {
   Dm* dm_ = nullptr;
   uint8_t* dm_host_ = nullptr;
 };
+
+// Makes a checked region live: counts it against max_mr (ENOMEM past it), gives
+// it its key and its object number, and takes its hold on the PD. NULL and errno
+// on failure, with nothing changed; may throw std::bad_alloc, also with nothing
+// changed (every reg verb runs behind a barrier that turns it into ENOMEM).
+ibv_mr* publish_mr(std::unique_ptr<Mr> mr);
 
 // Device memory (ibv_alloc_dm): a range of the device's own buffer
 // (Device::alloc_dm_range), read and written by the application through the
@@ -469,6 +528,7 @@ class Mw {
   unsigned access = 0;      // the window's remote access rights
   bool zero_based = false;  // remote addresses are offsets from the window's start
   uint32_t qpn = 0;         // type 2B: the QP it is bound to
+  Charge charge;            // max_mw
 
  private:
   Handle<ibv_mw, Mw> handle_;
@@ -538,6 +598,7 @@ class Cq {
 
   UseCount users;  // QPs and SRQs using this CQ
   EventCount events;
+  Charge charge;  // max_cq
 
  private:
   Handle<ibv_cq_ex, Cq> handle_;
@@ -651,6 +712,7 @@ class Srq {
   // completions go to; null for a basic SRQ.
   Xrcd* xrcd = nullptr;
   Cq* cq = nullptr;
+  Charge charge;  // max_srq
 
  private:
   Handle<ibv_srq, Srq> handle_;
@@ -662,6 +724,7 @@ class Srq {
 // acquire_srq and unregister_srq_if_unused hold the table's lock while they
 // look at the SRQ's users, so that an SRQ found by number cannot be destroyed
 // between the lookup and the use the finder takes.
+// register_srq may throw std::bad_alloc (nothing is registered then).
 uint32_t register_srq(const Device& dev, Srq* srq);
 // False, and nothing changed, while the SRQ has users.
 bool unregister_srq_if_unused(const Device& dev, Srq* srq);
@@ -676,6 +739,7 @@ class Ah {
   static Ah* from(ibv_ah* ah) { return Handle<ibv_ah, Ah>::owner_of(ah); }
   Pd& pd() { return pd_; }
   const ibv_ah_attr& attr() const { return attr_; }
+  Charge charge;  // max_ah
 
  private:
   Handle<ibv_ah, Ah> handle_;

@@ -268,7 +268,13 @@ ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* 
       return nullptr;
     }
   }
+  Charge charge = ctx.device().charge(ObjectType::cq);
+  if (!charge) {
+    errno = ENOMEM;  // max_cq CQs exist
+    return nullptr;
+  }
   auto cq = std::make_unique<Cq>(ctx, cqe, cq_context, ch, wc_flags, domain);
+  cq->charge = std::move(charge);
   cq->ibv()->handle = ctx.handles.add(ObjectType::cq, cq->ibv());
   trace_object(ctx.device(), "create_cq", cq->ibv()->handle);
   if (channel) {

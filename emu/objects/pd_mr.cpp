@@ -1,6 +1,27 @@
+// Protection domains, memory regions and address handles: the objects, and
+// how a region becomes live (publish_mr).
 #include "emu/objects/objects.hpp"
 
 namespace softverbs::emu {
+
+ibv_mr* publish_mr(std::unique_ptr<Mr> mr) {
+  Pd* p = mr->pd();
+  Context& ctx = p->context();
+  mr->charge = ctx.device().charge(ObjectType::mr);
+  if (!mr->charge) return fail<ibv_mr>(ENOMEM);  // max_mr regions exist
+  const uint32_t handle = ctx.handles.add(ObjectType::mr, mr->ibv());
+  try {
+    const uint32_t key = ctx.device().register_mr(mr.get());
+    mr->ibv()->lkey = key;
+    mr->ibv()->rkey = key;
+  } catch (...) {
+    ctx.handles.remove(handle);
+    throw;
+  }
+  mr->ibv()->handle = handle;
+  p->users.get();
+  return mr.release()->ibv();
+}
 
 Pd::Pd(Context& ctx) : ctx_(ctx) {
   handle_.owner = this;

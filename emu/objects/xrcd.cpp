@@ -169,6 +169,8 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
   base.qp_context = attr->qp_context;
   base.qp_type = attr->qp_type;
   base.sq_sig_all = attr->sq_sig_all;
+  Charge charge = ctx->device().charge(ObjectType::qp);
+  if (!charge) return fail<ibv_qp>(ENOMEM);  // max_qp QPs exist
   std::unique_ptr<Qp> qp;
   Pd* pd = nullptr;
   Xrcd* xrcd = nullptr;
@@ -211,7 +213,8 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     // takes it as the id's PD); NULL when none.
     qp->ibv()->pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
   }
-  qp->set_qpn(ctx->device().register_qp(qp.get()));
+  qp->charge = std::move(charge);
+  publish_qp(*ctx, *qp);
   if (xrcd) {
     // The domain finds it by number for ibv_open_qp; this is its first handle.
     XrcDomain& d = *xrcd->domain();
@@ -219,7 +222,6 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     d.tgt_qps[qp->qpn()] = XrcDomain::TgtQp{qp.get(), 1};
   }
   attr->cap = qp->cap();
-  qp->ibv()->handle = ctx->handles.add(ObjectType::qp, qp->ibv());
   trace_object(ctx->device(), "create_qp", qp->qpn());
   pd->users.get();
   if (scq) {
@@ -282,6 +284,8 @@ ibv_qp* open_qp_unguarded(ibv_context* context, ibv_qp_open_attr* attr) {
 
 }  // namespace
 
+// Reached from ibv_create_qp (behind the ABI's barrier) and from the inline
+// ibv_create_qp_ex (op_create_qp_ex's): both turn an exception into ENOMEM/EIO.
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) { return create_xrc_qp_unguarded(context, attr); }
 
 ibv_qp* op_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {

@@ -117,6 +117,17 @@ Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr, ParentDomain* domain)
   attr_.cap = cap_;
 }
 
+void publish_qp(Context& ctx, Qp& qp) {
+  const uint32_t handle = ctx.handles.add(ObjectType::qp, qp.ibv());
+  try {
+    qp.set_qpn(ctx.device().register_qp(&qp));
+  } catch (...) {
+    ctx.handles.remove(handle);
+    throw;
+  }
+  qp.ibv()->handle = handle;
+}
+
 Qp::~Qp() {
   pthread_mutex_destroy(&handle_.pub.qp_base.mutex);
   pthread_cond_destroy(&handle_.pub.qp_base.cond);
@@ -346,6 +357,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb) {
   for (; wr; wr = wr->next) {
     SendCheck c;
     rc = wr == fail_at ? fail_errno : check_send_locked(state, *wr, 0, &c, bind_verb);
+    if (!rc) rc = sq_.reserve();  // the ring, at the first post
     if (rc) {
       *bad_wr = wr;
       break;
@@ -375,6 +387,8 @@ int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
     if (!opcode_valid_for(type_, wrs[i].opcode)) return EINVAL;
     if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &c)) return err;
   }
+  if (!wrs.empty())
+    if (int err = sq_.reserve()) return err;  // the ring, at the first post
   for (const ibv_send_wr& w : wrs) {
     check_send_locked(state, w, 0, &c);
     enqueue_send_locked(w, c.total, c.is_inline, c.ud_dest);

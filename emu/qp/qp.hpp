@@ -106,6 +106,7 @@ class Qp {
   // dropped from then on (Context::post_async_event).
   void detach_events() { events_detached_.store(true, std::memory_order_release); }
   bool events_detached() const { return events_detached_.load(std::memory_order_acquire); }
+  Charge charge;  // max_qp
 
   // ---- the transport engine (requester.cpp, responder.cpp, completer.cpp)
   // Entry point for a packet addressed to this QP; called by the device's
@@ -326,5 +327,9 @@ class Qp {
   CompleterState comp_;
   ResponderState resp_;
 };
+
+// Makes a constructed QP live: its QP number on the device and its object number
+// in the context. May throw std::bad_alloc, with neither taken.
+void publish_qp(Context& ctx, Qp& qp);
 
 }  // namespace softverbs::emu

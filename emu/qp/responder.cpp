@@ -126,7 +126,7 @@ void Qp::send_atomic_ack_locked(uint32_t psn, uint64_t orig) {
 void Qp::keep_resource_locked(const ResponderState::Resource& r) {
   resp_.resources.push_back(r);
   while (resp_.resources.size() > std::max<size_t>(kMinResources, attr_.max_dest_rd_atomic))
-    resp_.resources.pop_front();
+    resp_.resources.erase(resp_.resources.begin());
 }
 
 void Qp::read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len) {

@@ -50,7 +50,10 @@ struct ResponderState {
     uint32_t rkey = 0;
     uint64_t orig = 0;  // atomic: the value returned
   };
-  std::deque<Resource> resources;
+  // At most max(max_dest_rd_atomic, kMinResources) entries, oldest first. A
+  // vector, not a deque: an idle QP's empty deque would still hold its first
+  // 512-byte block.
+  std::vector<Resource> resources;
 };
 
 // What the responder does next with a request. Qp::responder_locked runs one

@@ -1,5 +1,7 @@
-// Work queues: fixed-capacity rings of work queue entries, sized once at creation
-// (like a NIC's queue buffers), so posting never allocates.
+// Work queues: fixed-capacity rings of work queue entries, sized by what the
+// QP or SRQ was created with and allocated once, at the first post (reserve()),
+// so that an idle queue costs a few dozen bytes and posting allocates at most
+// that once: a program may create max_qp QPs with deep queues and use a few.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -8,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <type_traits>
 
 namespace softverbs::emu {
@@ -123,25 +126,29 @@ class WorkQueue {
  public:
   static constexpr size_t kAlign = alignof(Wqe) > alignof(Sge) ? alignof(Wqe) : alignof(Sge);
 
-  WorkQueue() : WorkQueue(0, 0) {}
+  WorkQueue() = default;
+  // storage: bytes_for() bytes the caller owns (a parent domain's allocator
+  // gave them), laid out at once; without it the queue allocates its own
+  // buffer at the first post (reserve()).
   WorkQueue(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0, void* storage = nullptr)
       : max_wr_(max_wr), max_sge_(max_sge ? max_sge : 1), max_inline_(max_inline) {
-    const size_t size = bytes_for(max_wr, max_sge, max_inline);
-    if (!storage) {
-      own_.reset(new uint8_t[size]);
-      storage = own_.get();
-    }
-    auto* base = static_cast<uint8_t*>(storage);
-    const size_t slots = slots_for(max_wr);
-    wqes_ = reinterpret_cast<Wqe*>(base);
-    std::uninitialized_value_construct_n(wqes_, slots);
-    sges_ = reinterpret_cast<Sge*>(base + sges_offset(slots));
-    std::uninitialized_value_construct_n(sges_, slots * max_sge_);
-    inline_ = base + inline_offset(slots, max_sge_);
-    std::memset(inline_, 0, static_cast<size_t>(max_wr) * max_inline);
+    if (storage) place(storage);
   }
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
+
+  // Allocates the ring on first use: 0, or ENOMEM (what a post returns for a
+  // full queue too) with the queue still empty and usable later.
+  int reserve() noexcept {
+    if (wqes_) return 0;
+    try {
+      own_.reset(new uint8_t[bytes_for(max_wr_, max_sge_, max_inline_)]);
+    } catch (const std::bad_alloc&) {
+      return ENOMEM;
+    }
+    place(own_.get());
+    return 0;
+  }
 
   // The bytes a queue of these dimensions keeps in its buffer (aligned to kAlign).
   static size_t bytes_for(uint32_t max_wr, uint32_t max_sge, uint32_t max_inline = 0) {
@@ -156,7 +163,7 @@ class WorkQueue {
   bool empty() const { return head_ == tail_; }
   bool full() const { return size() >= max_wr_; }
 
-  // Slot for the next post; valid until push().
+  // Slot for the next post (after reserve()); valid until push().
   Wqe& next() { return wqes_[index(tail_)]; }
   Sge* next_sges() { return &sges_[static_cast<size_t>(index(tail_)) * max_sge_]; }
   uint8_t* next_inline() { return max_inline_ ? &inline_[static_cast<size_t>(index(tail_)) * max_inline_] : nullptr; }
@@ -175,6 +182,17 @@ class WorkQueue {
   void clear() { head_ = tail_ = 0; }
 
  private:
+  // Lays the entries, their SGEs and their inline room out in storage.
+  void place(void* storage) {
+    auto* base = static_cast<uint8_t*>(storage);
+    const size_t slots = slots_for(max_wr_);
+    wqes_ = reinterpret_cast<Wqe*>(base);
+    std::uninitialized_value_construct_n(wqes_, slots);
+    sges_ = reinterpret_cast<Sge*>(base + sges_offset(slots));
+    std::uninitialized_value_construct_n(sges_, slots * max_sge_);
+    inline_ = base + inline_offset(slots, max_sge_);
+    std::memset(inline_, 0, static_cast<size_t>(max_wr_) * max_inline_);
+  }
   static size_t slots_for(uint32_t max_wr) { return max_wr ? max_wr : 1; }
   static size_t round(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
   static size_t sges_offset(size_t slots) { return round(slots * sizeof(Wqe)); }
@@ -199,6 +217,7 @@ class WorkQueue {
 inline int post_recv_wqe(WorkQueue<RecvWqe>& rq, const ibv_recv_wr& wr) {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > rq.max_sge()) return EINVAL;
   if (rq.full()) return ENOMEM;
+  if (int err = rq.reserve()) return err;
   RecvWqe& wqe = rq.next();
   wqe.wr_id = wr.wr_id;
   wqe.num_sge = static_cast<uint32_t>(wr.num_sge);

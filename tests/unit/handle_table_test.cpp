@@ -2,7 +2,9 @@
 // per-file object table numbers them, and looked up by (struct, number).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "emu/objects/handle.hpp"
 
@@ -43,6 +45,23 @@ TEST(HandleTable, LookupByStructAndNumber) {
   t.remove(h1);  // twice is harmless
   t.remove(5000);
   EXPECT_EQ(t.check(ObjectType::pd, &pd2, h2), 0);
+}
+
+// Numbers freed in any order come back lowest first, however many there are.
+TEST(HandleTable, FreedNumbersComeBackLowestFirst) {
+  HandleTable t;
+  int obj = 0;
+  constexpr uint32_t kCount = 10000;
+  for (uint32_t i = 0; i < kCount; ++i) ASSERT_EQ(t.add(ObjectType::pd, &obj), i);
+  // Free every third number, from the top down, then a few more from the bottom up.
+  std::vector<uint32_t> freed;
+  for (uint32_t i = kCount; i-- > 0;)
+    if (i % 3 == 0) freed.push_back(i);
+  for (uint32_t i = 1; i < 200; i += 3) freed.push_back(i);
+  for (uint32_t h : freed) t.remove(h);
+  std::sort(freed.begin(), freed.end());
+  for (uint32_t h : freed) ASSERT_EQ(t.add(ObjectType::mr, &obj), h);
+  EXPECT_EQ(t.add(ObjectType::mr, &obj), kCount);  // none free: the next new number
 }
 
 }  // namespace
