@@ -44,6 +44,11 @@ class LocalLink final : public Link, private Receiver {
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
   // The outside link's batch, then everything queued by devices of this process.
   bool drain() override;
+  // The same, but the outside link (sockets: a system call each) is read only
+  // on some polls while it keeps coming back empty: after k empty reads in a
+  // row, the next min(2^k - 1, kMaxSocketSkip) polls leave it alone. The
+  // progress thread watches it meanwhile, so nothing that arrives is left there.
+  bool poll() override;
   void watch() override;
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
     up_->receive(src, sport, packet);
@@ -55,6 +60,8 @@ class LocalLink final : public Link, private Receiver {
   void send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
   // A packet from the device at src (on another thread).
   void enqueue(in_addr src, std::span<const uint8_t> packet);
+  // Everything queued by devices of this process.
+  bool drain_local();
   // From the outside link, passed up.
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
     up_->receive(src, sport, packet);
@@ -67,8 +74,18 @@ class LocalLink final : public Link, private Receiver {
   Link* outside_;
   Receiver* up_ = nullptr;
   std::once_flag watched_;
+  std::atomic<bool> watching_{false};  // watch() has run: the progress thread reads the outside link
+  // Polls that skip the outside link, and how many the next empty read skips
+  // (poll(); both under the drains' serialisation).
+  uint32_t socket_skip_ = 0;
+  uint32_t socket_backoff_ = 0;
+  using Queue = std::deque<std::pair<in_addr, std::vector<uint8_t>>>;
   std::mutex mu_;
-  std::deque<std::pair<in_addr, std::vector<uint8_t>>> queue_;
+  Queue queue_;
+  // Packet buffers delivered and kept for reuse (under mu_), so that a packet
+  // costs no allocation once the queue has been this deep; at most kSpareBuffers.
+  std::vector<std::vector<uint8_t>> spare_;
+  Queue batch_;  // the batch being delivered (under the drains' serialisation)
   std::atomic<bool> pending_{false};
 };
 

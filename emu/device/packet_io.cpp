@@ -76,7 +76,13 @@ void Device::progress(bool block) {
   } else if (!lock.try_lock()) {
     return;
   }
-  while (link_->drain()) {
+  if (block) {
+    while (link_->drain()) {
+    }
+  } else {
+    // An application thread polling: the link may skip its sockets (Link::poll).
+    while (link_->poll()) {
+    }
   }
 }
 
