@@ -74,9 +74,10 @@ bool LocalLink::drain() {
 bool LocalLink::poll() {
   bool any = false;
   if (outside_) {
-    if (socket_skip_ > 0 && watching_.load(std::memory_order_acquire)) {
+    const bool ready = outside_ready_.exchange(false, std::memory_order_acq_rel);
+    if (!ready && socket_skip_ > 0 && watching_.load(std::memory_order_acquire)) {
       --socket_skip_;
-    } else if (outside_->poll()) {
+    } else if (outside_->drain()) {  // all of it: the same-host sockets and the UDP socket
       any = true;
       socket_backoff_ = 0;
     } else {

@@ -45,9 +45,11 @@ class LocalLink final : public Link, private Receiver {
   // The outside link's batch, then everything queued by devices of this process.
   bool drain() override;
   // The same, but the outside link (sockets: a system call each) is read only
-  // on some polls while it keeps coming back empty: after k empty reads in a
-  // row, the next min(2^k - 1, kMaxSocketSkip) polls leave it alone. The
-  // progress thread watches it meanwhile, so nothing that arrives is left there.
+  // when it said it is ready (its watch fired, see ready()) or on some polls
+  // while it keeps coming back empty: after k empty reads in a row, the next
+  // min(2^k - 1, kMaxSocketSkip) polls leave it alone. Every arrival on it makes
+  // it ready, and the progress thread then drains the device, so nothing that
+  // arrives is left there.
   bool poll() override;
   void watch() override;
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
@@ -66,7 +68,12 @@ class LocalLink final : public Link, private Receiver {
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
     up_->receive(src, sport, packet);
   }
-  void ready() override { up_->ready(); }
+  // The outside link has datagrams (a socket's watch, a same-host stash): the
+  // next poll reads it, whatever the backoff says.
+  void ready() override {
+    outside_ready_.store(true, std::memory_order_release);
+    up_->ready();
+  }
 
   LocalHub& hub_;
   in_addr addr_;
@@ -79,6 +86,7 @@ class LocalLink final : public Link, private Receiver {
   // (poll(); both under the drains' serialisation).
   uint32_t socket_skip_ = 0;
   uint32_t socket_backoff_ = 0;
+  std::atomic<bool> outside_ready_{false};  // set by ready(), taken by poll()
   using Queue = std::deque<std::pair<in_addr, std::vector<uint8_t>>>;
   std::mutex mu_;
   Queue queue_;
