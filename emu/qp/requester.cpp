@@ -88,8 +88,9 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
 bool Qp::resolve_dest_locked() { return resolve_av(device(), attr_.ah_attr, &dest_addr_); }
 
 void Qp::arm_timer_locked() {
-  // Called right after a packet went out: the high-water mark must include it, or a
-  // packet sent just after everything before it was acknowledged gets no timer.
+  // Called right after packets went out (once per burst, requester_locked): the
+  // high-water mark must include them, or a packet sent just after everything
+  // before it was acknowledged gets no timer.
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
   if (!timer_) return;
   if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting) return;
