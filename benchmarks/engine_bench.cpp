@@ -15,7 +15,9 @@
 #include <benchmark/benchmark.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,9 +48,18 @@ struct Side {
   uint32_t posted_recvs = 0;  // receive WRs outstanding on qp
 };
 
+// The deep pair's send queue and CQ: room for the most outstanding WRs
+// BM_OutstandingWr measures.
+constexpr uint32_t kDeepSendWr = 4096;
+constexpr int kDeepCqDepth = 8192;
+constexpr size_t kDeepBufBytes = 4096;
+
 struct Fixture {
   ibv_device** list = nullptr;
   Side a, b;  // a: requester, b: responder
+  // A second pair, in contexts of their own on the same two devices, with a
+  // send queue of kDeepSendWr entries (BM_OutstandingWr).
+  Side deep_a, deep_b;
   uint8_t max_rd_atomic = 1;
   std::string error;    // why the fixture is unusable, or empty
   bool broken = false;  // an earlier benchmark stalled or failed: the QPs are not trustworthy
@@ -61,19 +72,20 @@ bool fail(const std::string& what) {
   return false;
 }
 
-bool open_side(ibv_device* dev, Side& s) {
+bool open_side(ibv_device* dev, Side& s, uint32_t max_send_wr = kMaxSendWr, int cq_depth = kCqDepth,
+               size_t buf_bytes = kBufBytes) {
   s.ctx = ibv_open_device(dev);
   if (!s.ctx) return fail("ibv_open_device");
   s.pd = ibv_alloc_pd(s.ctx);
   if (!s.pd) return fail("ibv_alloc_pd");
-  s.cq = ibv_create_cq(s.ctx, kCqDepth, nullptr, nullptr, 0);
+  s.cq = ibv_create_cq(s.ctx, cq_depth, nullptr, nullptr, 0);
   if (!s.cq) return fail("ibv_create_cq");
-  s.buf.assign(kBufBytes, 0x5a);
+  s.buf.assign(buf_bytes, 0x5a);
   s.mr = ibv_reg_mr(s.pd, s.buf.data(), s.buf.size(),
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (!s.mr) return fail("ibv_reg_mr");
   softverbs::testkit::QpShape shape;
-  shape.max_send_wr = kMaxSendWr;
+  shape.max_send_wr = max_send_wr;
   shape.max_recv_wr = kMaxRecvWr;
   shape.max_inline_data = kMaxInline;
   ibv_qp_init_attr ia = softverbs::testkit::qp_init_attr(shape, s.cq, s.cq);
@@ -85,13 +97,13 @@ bool open_side(ibv_device* dev, Side& s) {
 
 // Both QPs to RTS towards each other: path MTU 4096, timeout 14 (67 ms),
 // retry_cnt and rnr_retry 7, first PSNs 0.
-bool connect_sides() {
+bool connect_sides(Side& a, Side& b) {
   softverbs::testkit::QpPath p;
   p.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   p.path_mtu = IBV_MTU_4096;
   p.max_dest_rd_atomic = p.max_rd_atomic = g.max_rd_atomic;
   const softverbs::testkit::Connected r = softverbs::testkit::connect_pair(
-      g.a.qp, softverbs::testkit::ah_to_gid(g.b.gid), g.b.qp, softverbs::testkit::ah_to_gid(g.a.gid), p);
+      a.qp, softverbs::testkit::ah_to_gid(b.gid), b.qp, softverbs::testkit::ah_to_gid(a.gid), p);
   if (r) return true;
   errno = r.rc;
   return fail(std::string("modify_qp ") + r.step);
@@ -109,11 +121,13 @@ bool setup() {
   ibv_device_attr da{};
   if (ibv_query_device(g.a.ctx, &da)) return fail("ibv_query_device");
   g.max_rd_atomic = static_cast<uint8_t>(std::min(16, std::max(1, da.max_qp_rd_atom)));
-  return connect_sides();
+  if (!connect_sides(g.a, g.b)) return false;
+  return open_side(g.list[0], g.deep_a, kDeepSendWr, kDeepCqDepth, kDeepBufBytes) &&
+         open_side(g.list[1], g.deep_b, kDeepSendWr, kDeepCqDepth, kDeepBufBytes) && connect_sides(g.deep_a, g.deep_b);
 }
 
 void teardown() {
-  for (Side* s : {&g.a, &g.b}) {
+  for (Side* s : {&g.a, &g.b, &g.deep_a, &g.deep_b}) {
     if (s->qp) ibv_destroy_qp(s->qp);
     if (s->mr) ibv_dereg_mr(s->mr);
     if (s->cq) ibv_destroy_cq(s->cq);
@@ -182,10 +196,10 @@ void stop(benchmark::State& state, const std::string& why) {
 // A pipelined stream of one kind of work request from a to b, keeping `window`
 // of them outstanding. Every WR is signaled; the benchmark thread also polls b's
 // CQ (receives for SEND, empty for WRITE/READ, which still drives b's engine).
-// Returns the number of WRs completed while the state loop ran.
-uint64_t stream(benchmark::State& state, ibv_wr_opcode opcode, uint32_t size, uint32_t window, bool poll_b) {
-  Side& a = g.a;
-  Side& b = g.b;
+// Returns the number of WRs completed while the state loop ran; the counter
+// cpu_ns_per_wr is the process's CPU time per work request.
+uint64_t stream(benchmark::State& state, Side& a, Side& b, ibv_wr_opcode opcode, uint32_t size, uint32_t window,
+                bool poll_b) {
   const bool is_send = opcode == IBV_WR_SEND;
   std::string err;
   if (is_send && b.posted_recvs < kMaxRecvWr && !post_recvs(b, kMaxRecvWr - b.posted_recvs, size)) {
@@ -207,6 +221,7 @@ uint64_t stream(benchmark::State& state, ibv_wr_opcode opcode, uint32_t size, ui
     w.wr.rdma.rkey = b.mr->rkey;
   }
   uint64_t posted = 0, completed = 0, received = 0;
+  const std::clock_t cpu_start = std::clock();  // the process's CPU time: every thread's share of the work
   auto last_progress = std::chrono::steady_clock::now();
   uint64_t last_completed = 0;
   size_t spins = 0;
@@ -274,6 +289,12 @@ uint64_t stream(benchmark::State& state, ibv_wr_opcode opcode, uint32_t size, ui
       break;
     }
   }
+  // The CPU time of the whole process per work request, from the first post to
+  // the last completion, whichever thread spent it: what a work request costs,
+  // whatever the machine's load does to the wall-clock rate.
+  if (posted)
+    state.counters["cpu_ns_per_wr"] =
+        1e9 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC / static_cast<double>(posted);
   return done;
 }
 
@@ -364,6 +385,7 @@ void BM_RcSendRound8B(benchmark::State& state) {
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
   std::string err;
+  const std::clock_t cpu_start = std::clock();
   for (auto _ : state) {
     ibv_send_wr* bad = nullptr;
     if (int rc = ibv_post_send(a.qp, &wr, &bad)) {
@@ -402,6 +424,10 @@ void BM_RcSendRound8B(benchmark::State& state) {
       return;
     }
   }
+  // As stream()'s: the process's CPU time per round (the CSV output needs
+  // every benchmark to report the same counters).
+  state.counters["cpu_ns_per_wr"] = 1e9 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC /
+                                    static_cast<double>(std::max<int64_t>(1, state.iterations()));
 }
 BENCHMARK(BM_RcSendRound8B)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
@@ -410,7 +436,7 @@ BENCHMARK(BM_RcSendRound8B)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMic
 void BM_MsgRate64B(benchmark::State& state) {
   if (!usable(state)) return;
   const uint32_t window = static_cast<uint32_t>(state.range(0));
-  uint64_t done = stream(state, IBV_WR_SEND, 64, window, true);
+  uint64_t done = stream(state, g.a, g.b, IBV_WR_SEND, 64, window, true);
   state.SetItemsProcessed(static_cast<int64_t>(done));
   state.SetLabel("window " + std::to_string(window));
 }
@@ -420,7 +446,7 @@ BENCHMARK(BM_MsgRate64B)->Arg(16)->Arg(64)->UseRealTime();
 void BM_WriteBw(benchmark::State& state) {
   if (!usable(state)) return;
   const auto size = static_cast<uint32_t>(state.range(0));
-  uint64_t done = stream(state, IBV_WR_RDMA_WRITE, size, 32, true);
+  uint64_t done = stream(state, g.a, g.b, IBV_WR_RDMA_WRITE, size, 32, true);
   state.SetBytesProcessed(static_cast<int64_t>(done * size));
   state.SetItemsProcessed(static_cast<int64_t>(done));
 }
@@ -431,11 +457,24 @@ BENCHMARK(BM_WriteBw)->RangeMultiplier(4)->Range(64, 1 << 20)->UseRealTime();
 void BM_ReadBw(benchmark::State& state) {
   if (!usable(state)) return;
   const auto size = static_cast<uint32_t>(state.range(0));
-  uint64_t done = stream(state, IBV_WR_RDMA_READ, size, g.max_rd_atomic, true);
+  uint64_t done = stream(state, g.a, g.b, IBV_WR_RDMA_READ, size, g.max_rd_atomic, true);
   state.SetBytesProcessed(static_cast<int64_t>(done * size));
   state.SetItemsProcessed(static_cast<int64_t>(done));
 }
 BENCHMARK(BM_ReadBw)->RangeMultiplier(4)->Range(64, 1 << 20)->UseRealTime();
+
+// The cost of one work request against how many are outstanding: 64-byte RDMA
+// WRITEs, every one signaled, with `window` (1 ... 4096) posted and not yet
+// completed, on the deep pair. The time per item should not grow with the
+// window: no step of the engine walks the outstanding work requests.
+void BM_OutstandingWr(benchmark::State& state) {
+  if (!usable(state)) return;
+  const auto window = static_cast<uint32_t>(state.range(0));
+  uint64_t done = stream(state, g.deep_a, g.deep_b, IBV_WR_RDMA_WRITE, 64, window, true);
+  state.SetItemsProcessed(static_cast<int64_t>(done));
+  state.SetLabel("outstanding " + std::to_string(window));
+}
+BENCHMARK(BM_OutstandingWr)->RangeMultiplier(4)->Range(1, kDeepSendWr)->UseRealTime();
 
 }  // namespace
 

@@ -205,6 +205,16 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
 }
 
 bool FaultyLink::drain() {
+  const bool any = drain_held();
+  return inner_.drain() || any;
+}
+
+bool FaultyLink::poll() {
+  const bool any = drain_held();
+  return inner_.poll() || any;
+}
+
+bool FaultyLink::drain_held() {
   bool any = false;
   if (due_pending_.load(std::memory_order_acquire)) {
     std::deque<Datagram> due;
@@ -224,7 +234,7 @@ bool FaultyLink::drain() {
     any = true;
     receive_unfaulted(held.src, held.sport, held.bytes, held.ip);
   }
-  return inner_.drain() || any;
+  return any;
 }
 
 }  // namespace softverbs::fabric

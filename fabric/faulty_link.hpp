@@ -37,6 +37,7 @@ class FaultyLink final : public LinkDecorator {
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
   // Held-back packets that are due, then the inner link's batch.
   bool drain() override;
+  bool poll() override;
 
  private:
   struct Datagram {
@@ -53,6 +54,8 @@ class FaultyLink final : public LinkDecorator {
   void deliver(in_addr src, uint16_t sport, std::span<const uint8_t> packet, const wire::PacketView& view);
   // Both stages, without the fault layer (held-back and duplicated packets).
   void receive_unfaulted(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip);
+  // The held-back packets that are due (drain and poll, before the inner link's).
+  bool drain_held();
   // The reordered packet goes after the one just sent.
   void send_held();
 

@@ -83,6 +83,11 @@ class Link {
   // Hands the datagrams waiting now to the receiver without blocking; false if
   // there were none. Callers serialise drains (the device's receive lock).
   virtual bool drain() = 0;
+  // drain() for an application thread that polls (ibv_poll_cq): a link may
+  // leave its sockets unread on some of these calls while they keep coming back
+  // empty, because the progress thread waits on them (watch()) and receives
+  // whatever arrives there. Serialised as drain() is.
+  virtual bool poll() { return drain(); }
   // Makes the scheduler call the receiver's ready() whenever datagrams arrive
   // (idempotent).
   virtual void watch() = 0;
@@ -107,6 +112,7 @@ class LinkDecorator : public Link, protected Receiver {
     inner_.send(dst, packet, tos);
   }
   bool drain() override { return inner_.drain(); }
+  bool poll() override { return inner_.poll(); }
   void watch() override { inner_.watch(); }
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override { receive(src, sport, packet); }
   std::string rx_state() override { return inner_.rx_state(); }

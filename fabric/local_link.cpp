@@ -3,10 +3,23 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include "fabric/mcast_directory.hpp"
 #include "wire/headers.hpp"
 
 namespace softverbs::fabric {
+namespace {
+
+// At most this many polls in a row leave an empty outside link unread: about a
+// microsecond of polling, the delay it may add to a datagram the poller would
+// otherwise have read before the progress thread.
+constexpr uint32_t kMaxSocketSkip = 7;
+// Delivered packet buffers kept per device for reuse: the burst the requester's
+// window allows (64 packets) at most, a few hundred KiB at the largest MTU.
+constexpr size_t kSpareBuffers = 64;
+
+}  // namespace
 
 LocalLink::LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside)
     : hub_(hub), addr_(addr), scheduler_(scheduler), outside_(outside) {}
@@ -39,7 +52,13 @@ void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8
 void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(Queued{src, tos, std::vector<uint8_t>(packet.begin(), packet.end())});
+    std::vector<uint8_t> bytes;
+    if (!spare_.empty()) {
+      bytes = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    bytes.assign(packet.begin(), packet.end());
+    queue_.push_back(Queued{src, tos, std::move(bytes)});
   }
   if (!pending_.exchange(true)) {
     watch();
@@ -48,25 +67,51 @@ void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t to
 }
 
 bool LocalLink::drain() {
-  bool any = outside_ && outside_->drain();
-  if (pending_.load(std::memory_order_acquire)) {
-    std::deque<Queued> batch;
-    {
-      std::lock_guard lock(mu_);
-      batch.swap(queue_);
-      pending_.store(false, std::memory_order_release);
-    }
-    for (const Queued& q : batch) {
+  const bool any = outside_ && outside_->drain();
+  return drain_local() || any;
+}
+
+bool LocalLink::poll() {
+  bool any = false;
+  if (outside_) {
+    const bool ready = outside_ready_.exchange(false, std::memory_order_acq_rel);
+    if (!ready && socket_skip_ > 0 && watching_.load(std::memory_order_acquire)) {
+      --socket_skip_;
+    } else if (outside_->drain()) {  // all of it: the same-host sockets and the UDP socket
       any = true;
-      up_->receive(q.src, wire::kRoceV2UdpPort, q.bytes, wire::IpFields{q.tos, wire::kDefaultTtl});
+      socket_backoff_ = 0;
+    } else {
+      socket_skip_ = socket_backoff_;
+      socket_backoff_ = std::min(socket_backoff_ * 2 + 1, kMaxSocketSkip);
     }
   }
-  return any;
+  return drain_local() || any;
+}
+
+bool LocalLink::drain_local() {
+  if (!pending_.load(std::memory_order_acquire)) return false;
+  {
+    std::lock_guard lock(mu_);
+    batch_.swap(queue_);
+    pending_.store(false, std::memory_order_release);
+  }
+  if (batch_.empty()) return false;
+  for (const Queued& q : batch_) up_->receive(q.src, wire::kRoceV2UdpPort, q.bytes, wire::IpFields{q.tos, wire::kDefaultTtl});
+  {
+    std::lock_guard lock(mu_);
+    for (auto& entry : batch_) {
+      if (spare_.size() >= kSpareBuffers) break;
+      spare_.push_back(std::move(entry.bytes));
+    }
+  }
+  batch_.clear();
+  return true;
 }
 
 void LocalLink::watch() {
   std::call_once(watched_, [this] {
     if (outside_) outside_->watch();
+    watching_.store(true, std::memory_order_release);
   });
 }
 

@@ -44,6 +44,13 @@ class LocalLink final : public Link, private Receiver {
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
   // The outside link's batch, then everything queued by devices of this process.
   bool drain() override;
+  // The same, but the outside link (sockets: a system call each) is read only
+  // when it said it is ready (its watch fired, see ready()) or on some polls
+  // while it keeps coming back empty: after k empty reads in a row, the next
+  // min(2^k - 1, kMaxSocketSkip) polls leave it alone. Every arrival on it makes
+  // it ready, and the progress thread then drains the device, so nothing that
+  // arrives is left there.
+  bool poll() override;
   void watch() override;
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override {
     up_->receive(src, sport, packet);
@@ -57,11 +64,18 @@ class LocalLink final : public Link, private Receiver {
   // tos; it arrives with the TTL a socket sends (loopback routes do not
   // decrement it).
   void enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos);
+  // Everything queued by devices of this process.
+  bool drain_local();
   // From the outside link, passed up.
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override {
     up_->receive(src, sport, packet, ip);
   }
-  void ready() override { up_->ready(); }
+  // The outside link has datagrams (a socket's watch, a same-host stash): the
+  // next poll reads it, whatever the backoff says.
+  void ready() override {
+    outside_ready_.store(true, std::memory_order_release);
+    up_->ready();
+  }
 
   LocalHub& hub_;
   in_addr addr_;
@@ -69,13 +83,24 @@ class LocalLink final : public Link, private Receiver {
   Link* outside_;
   Receiver* up_ = nullptr;
   std::once_flag watched_;
-  std::mutex mu_;
+  std::atomic<bool> watching_{false};  // watch() has run: the progress thread reads the outside link
+  // Polls that skip the outside link, and how many the next empty read skips
+  // (poll(); both under the drains' serialisation).
+  uint32_t socket_skip_ = 0;
+  uint32_t socket_backoff_ = 0;
+  std::atomic<bool> outside_ready_{false};  // set by ready(), taken by poll()
   struct Queued {
     in_addr src;
     uint8_t tos;
     std::vector<uint8_t> bytes;
   };
-  std::deque<Queued> queue_;
+  using Queue = std::deque<Queued>;
+  std::mutex mu_;
+  Queue queue_;
+  // Packet buffers delivered and kept for reuse (under mu_), so that a packet
+  // costs no allocation once the queue has been this deep; at most kSpareBuffers.
+  std::vector<std::vector<uint8_t>> spare_;
+  Queue batch_;  // the batch being delivered (under the drains' serialisation)
   std::atomic<bool> pending_{false};
 };
 

@@ -76,7 +76,24 @@ void Device::progress(bool block) {
   } else if (!lock.try_lock()) {
     return;
   }
-  while (link_->drain()) {
+  if (block) {
+    // The timers: everything that has arrived, sockets included, is processed
+    // before a missing answer is counted (Qp::on_timer).
+    while (link_->drain()) {
+    }
+  } else {
+    // An application thread polling: the link may skip its sockets (Link::poll).
+    while (link_->poll()) {
+    }
+  }
+}
+
+void Device::ready() {
+  // The link announced arrivals: its in-process queue, or a socket, which then
+  // says so itself (fabric::LocalLink::ready), so the empty sockets are not read
+  // on every announcement of in-process packets.
+  std::lock_guard lock(rx_mu_);
+  while (link_->poll()) {
   }
 }
 

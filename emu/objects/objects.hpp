@@ -238,7 +238,7 @@ class Device final : private fabric::PacketSink {
   void deliver(in_addr src, const wire::PacketView& view) override;
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
   bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;
-  void ready() override { progress(true); }
+  void ready() override;
   // A packet to the multicast QPN whose ICRC does not verify against this
   // device's address: verifies it against each IPv4 group the device has
   // joined or left lately, and on success sets rx_group_ (emu/device/mcast.cpp).

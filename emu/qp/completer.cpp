@@ -1,6 +1,7 @@
 // The completer: acknowledgements, NAKs, read responses and atomic responses
 // retire send work requests in order and produce their completions (IBTA
 // 9.7.5.1, 9.9). Each response goes through the steps of completer.hpp.
+#include <algorithm>
 #include <cstring>
 
 #include "emu/device/fault_actions.hpp"
@@ -127,6 +128,20 @@ void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   push_completion_locked(send_cq_, wc, false, w.trace_id);
 }
 
+uint32_t Qp::first_unacked_locked() {
+  // Positions before the remembered one are acknowledged: acknowledgement flags
+  // are only ever set on a WQE in the queue, and positions never repeat
+  // (WorkQueue::clear). So the search resumes there, and every WQE is passed
+  // over once in its life: amortised O(1) per call.
+  const uint64_t head = sq_.head_position();
+  uint32_t i = comp_.acked_end > head ? static_cast<uint32_t>(comp_.acked_end - head) : 0;
+  while (i < sq_.size() && sq_.at(i).acked) ++i;
+  comp_.acked_end = head + i;
+  return i;
+}
+
+uint64_t Qp::rd_before_locked(uint32_t index) { return index < sq_.size() ? sq_.at(index).rd_before : rd_posted_; }
+
 void Qp::retire_acked_locked() {
   while (!sq_.empty() && sq_.front().acked) {
     post_send_completion_locked(sq_.front(), IBV_WC_SUCCESS);
@@ -141,8 +156,7 @@ void Qp::check_drained_locked() {
   // is acknowledged; the application asked to be told with en_sqd_async_notify.
   if (attr_.qp_state != IBV_QPS_SQD || !attr_.sq_draining) return;
   if (req_.tx_offset != 0 || comp_.unacked_psn != req_.sent_end_psn) return;
-  for (uint32_t i = 0; i < req_.tx_index && i < sq_.size(); ++i)
-    if (!sq_.at(i).acked) return;
+  if (first_unacked_locked() < std::min(req_.tx_index, sq_.size())) return;
   attr_.sq_draining = 0;
   if (attr_.en_sqd_async_notify) {
     ibv_async_event ev{};
@@ -155,9 +169,9 @@ void Qp::check_drained_locked() {
 void Qp::fail_send_locked(SendWqe* failed, ibv_wc_status status) {
   if (!failed) {
     // The oldest request not yet acknowledged is the one that failed.
-    for (uint32_t i = 0; i < sq_.size() && !failed; ++i)
-      if (!sq_.at(i).acked) failed = &sq_.at(i);
-    if (!failed) return;
+    const uint32_t i = first_unacked_locked();
+    if (i == sq_.size()) return;
+    failed = &sq_.at(i);
   }
   // A work queue completes in order, each request exactly once (IBTA 10.8.3):
   // acknowledged requests before the failing one succeed, those still in flight
@@ -244,8 +258,10 @@ CompStep Qp::comp_check_ack_locked(CompContext& c) {
 }
 
 void Qp::ack_through_locked(CompContext& c, uint32_t upto_exclusive) {
-  // Everything before `upto_exclusive` is acknowledged: send and write requests retire.
-  for (uint32_t i = 0; i < sq_.size(); ++i) {
+  // Everything before `upto_exclusive` is acknowledged: send and write requests
+  // retire. The walk starts at the first WQE not acknowledged yet, so an
+  // acknowledgement costs the WQEs it retires, not the length of the queue.
+  for (uint32_t i = first_unacked_locked(); i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.acked) continue;
     if (!w.started) break;
@@ -361,7 +377,7 @@ CompStep Qp::comp_read_resp_locked(CompContext& c) {
     return CompStep::update;
   }
   SendWqe* read = nullptr;
-  for (uint32_t i = 0; i < sq_.size(); ++i) {
+  for (uint32_t i = first_unacked_locked(); i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.acked) continue;
     if (w.opcode == IBV_WR_RDMA_READ || w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||

@@ -21,6 +21,9 @@ struct CompleterState {
   uint32_t gap_rewind_psn = 0xffffffff;  // the read-response gap already asked again for
   uint32_t retry_left = 0;               // transport retries left (retry_cnt)
   uint32_t rnr_retry_left = 0;           // RNR retries left (rnr_retry)
+  // Send queue position (WorkQueue::head_position) up to which every WQE is
+  // acknowledged: where Qp::first_unacked_locked resumes its search.
+  uint64_t acked_end = 0;
 };
 
 // What the completer does next with a response. Qp::completer_locked runs one

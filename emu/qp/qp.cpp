@@ -463,8 +463,9 @@ void Qp::enqueue_send_locked(const ibv_send_wr& wr, uint64_t total, bool is_inli
   wqe.first_psn = wqe.last_psn = 0;
   wqe.resp_bytes = 0;
   wqe.started = false;
-  wqe.sent = false;
   wqe.acked = false;
+  wqe.rd_before = rd_posted_;
+  if (is_read_or_atomic(wr.opcode)) ++rd_posted_;
   switch (wr.opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:

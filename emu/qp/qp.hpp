@@ -216,6 +216,11 @@ class Qp {
   CompStep comp_update_locked(CompContext& c);
   CompStep comp_error_locked(CompContext& c);
   void ack_through_locked(CompContext& c, uint32_t upto_exclusive);
+  // The index of the oldest send WQE not acknowledged (sq_.size() if none).
+  uint32_t first_unacked_locked();
+  // RDMA READs and atomics posted before the send WQE at index (before every
+  // posted one when index is sq_.size()).
+  uint64_t rd_before_locked(uint32_t index);
   void retire_acked_locked();
   void check_drained_locked();
 
@@ -297,6 +302,7 @@ class Qp {
   QueueBuffer queue_mem_;
   QueueBuffer doorbell_;
   WorkQueue<SendWqe> sq_;
+  uint64_t rd_posted_ = 0;  // RDMA READs and atomics ever posted (SendWqe::rd_before)
   WorkQueue<RecvWqe> rq_;
   std::unique_ptr<WrBatch> batch_;  // extended QPs only
 

@@ -34,10 +34,6 @@ constexpr uint32_t kReadChunkPackets = 32;
 // microseconds, so shorter timeouts would only cause spurious retransmissions.
 constexpr auto kMinAckTimeout = std::chrono::milliseconds(1);
 
-bool is_read_or_atomic(ibv_wr_opcode op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 }  // namespace
 
 void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
@@ -93,8 +89,9 @@ bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {
 bool Qp::resolve_dest_locked() { return resolve_av(device(), attr_.ah_attr, &dest_addr_); }
 
 void Qp::arm_timer_locked() {
-  // Called right after a packet went out: the high-water mark must include it, or a
-  // packet sent just after everything before it was acknowledged gets no timer.
+  // Called right after packets went out (once per burst, requester_locked): the
+  // high-water mark must include them, or a packet sent just after everything
+  // before it was acknowledged gets no timer.
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
   if (!timer_) return;
   if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting) {
@@ -123,15 +120,17 @@ void Qp::trace_timer_locked(std::string_view which, std::string_view what, Clock
 
 void Qp::requester_locked() {
   const ibv_qp_state s = attr_.qp_state;
+  bool sent = false;
   if (s == IBV_QPS_RTS) {
-    while (send_next_packet_locked()) {
-    }
+    while (send_next_packet_locked()) sent = true;
   } else if (s == IBV_QPS_SQD) {
     // Draining: finish the message under way, start none.
-    while (req_.tx_offset > 0 && send_next_packet_locked()) {
-    }
+    while (req_.tx_offset > 0 && send_next_packet_locked()) sent = true;
   }
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
+  // The local ACK timeout runs from the last packet sent: armed once per burst,
+  // which is one clock read, not one per packet.
+  if (sent && requester_reliable()) arm_timer_locked();
 }
 
 void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {
@@ -171,7 +170,8 @@ bool Qp::send_ud_locked() {
   h.deth.qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
   h.deth.src_qp = qpn();
   if (with_imm) h.imm.data = w.imm_data;
-  std::vector<std::span<const uint8_t>> payload;
+  static thread_local std::vector<std::span<const uint8_t>> payload;  // as in send_data_packet_locked
+  payload.clear();
   if (w.total_length) {
     if (w.is_inline) {
       payload.emplace_back(sq_.inline_at(req_.tx_index), w.total_length);
@@ -190,7 +190,7 @@ bool Qp::send_ud_locked() {
   transmit_to_locked(dest, h, payload, w.ud_tclass);
   mr_lock.unlock();
   req_.psn = psn_add(req_.psn, 1);
-  w.started = w.sent = w.acked = true;
+  w.started = w.acked = true;
   ++req_.tx_index;
   retire_acked_locked();
   return true;
@@ -217,11 +217,9 @@ bool Qp::send_next_packet_locked() {
     case IBV_WR_RDMA_READ:
       send_read_request_locked(w, req_.psn, req_.tx_offset);
       if (req_.tx_offset >= w.total_length) {
-        w.sent = true;
         ++req_.tx_index;
         req_.tx_offset = 0;
       }
-      arm_timer_locked();
       return true;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
@@ -237,8 +235,7 @@ bool Qp::execute_local_locked(SendWqe& w) {
   // completed, so that a window changes only after the operations before it are
   // done with it (a stronger fence than ConnectX's, which orders it only after
   // earlier reads and atomics). It sends nothing and is done at once.
-  for (uint32_t i = 0; i < req_.tx_index; ++i)
-    if (!sq_.at(i).acked) return false;
+  if (first_unacked_locked() < req_.tx_index) return false;
   bool ok;
   {
     std::unique_lock mr_lock(device().mr_lock());  // a binding changes only with no access under way
@@ -258,7 +255,7 @@ bool Qp::execute_local_locked(SendWqe& w) {
     fail_send_locked(&w, w.opcode == IBV_WR_BIND_MW ? IBV_WC_MW_BIND_ERR : IBV_WC_LOC_QP_OP_ERR);
     return false;
   }
-  w.started = w.sent = w.acked = true;
+  w.started = w.acked = true;
   ++req_.tx_index;
   req_.tx_offset = 0;
   retire_acked_locked();
@@ -268,17 +265,13 @@ bool Qp::execute_local_locked(SendWqe& w) {
 bool Qp::may_start_locked(SendWqe& w) {
   const bool uc = type_ == IBV_QPT_UC;
   if (!uc) {
-    uint32_t reads = 0;
-    bool fence_blocked = false;
-    for (uint32_t i = 0; i < req_.tx_index; ++i) {
-      const SendWqe& p = sq_.at(i);
-      if (is_read_or_atomic(p.opcode) && !p.acked) {
-        ++reads;
-        if (w.send_flags & IBV_SEND_FENCE) fence_blocked = true;
-      }
-    }
+    // The reads and atomics sent and not yet answered: those between the first
+    // unacknowledged WQE and this one (WQEs are acknowledged in order), counted
+    // by the running counts of the two, not by a walk over the WQEs between.
+    const uint32_t from = first_unacked_locked();
+    const uint64_t reads = from < req_.tx_index ? rd_before_locked(req_.tx_index) - rd_before_locked(from) : 0;
     // IBV_SEND_FENCE waits for every earlier RDMA READ and atomic to finish.
-    if (fence_blocked) return false;
+    if (reads && (w.send_flags & IBV_SEND_FENCE)) return false;
     const uint32_t max_rd = std::max<uint32_t>(1, attr_.max_rd_atomic);
     if (is_read_or_atomic(w.opcode) && reads >= max_rd) return false;
   }
@@ -313,10 +306,8 @@ void Qp::send_atomic_locked(SendWqe& w) {
   h.atomic_eth.compare = w.compare_add;
   transmit_locked(h, {});
   req_.psn = psn_add(req_.psn, 1);
-  w.sent = true;
   ++req_.tx_index;
   req_.tx_offset = 0;
-  arm_timer_locked();
 }
 
 bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>& mr_lock) {
@@ -354,8 +345,11 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
   const uint32_t pkt_index = static_cast<uint32_t>(req_.tx_offset / mtu);
   h.bth.ack_req = !uc && (last || (pkt_index + 1) % kAckEvery == 0);
 
-  // The payload, straight from the registered memory (or the inline copy).
-  std::vector<std::span<const uint8_t>> payload;
+  // The payload, straight from the registered memory (or the inline copy). The
+  // list is per thread, as the spans are, so that a packet allocates nothing;
+  // build() has consumed it before anything could send again on this thread.
+  static thread_local std::vector<std::span<const uint8_t>> payload;
+  payload.clear();
   if (len) {
     if (w.is_inline) {
       payload.emplace_back(sq_.inline_at(req_.tx_index) + req_.tx_offset, len);
@@ -374,7 +368,6 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
   req_.psn = psn_add(req_.psn, 1);
   req_.tx_offset += len;
   if (last) {
-    w.sent = true;
     ++req_.tx_index;
     req_.tx_offset = 0;
     if (uc) {
@@ -384,7 +377,6 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
       retire_acked_locked();
     }
   }
-  if (!uc) arm_timer_locked();
   return true;
 }
 
@@ -393,7 +385,7 @@ void Qp::retransmit_from_locked(uint32_t psn) {
   // responder has not acknowledged, never from before it. Also used to move
   // forward, when an acknowledgement covers packets a retry was about to resend.
   if (psn_lt(psn, comp_.unacked_psn)) psn = comp_.unacked_psn;
-  for (uint32_t i = 0; i < sq_.size(); ++i) {
+  for (uint32_t i = first_unacked_locked(); i < sq_.size(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.acked) continue;
     uint64_t offset = 0;
@@ -412,8 +404,6 @@ void Qp::retransmit_from_locked(uint32_t psn) {
     req_.tx_index = i;
     req_.tx_offset = offset;
     req_.psn = psn;
-    w.sent = false;
-    for (uint32_t j = i + 1; j < sq_.size(); ++j) sq_.at(j).sent = false;
     if (back) device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
     return;
   }

@@ -58,10 +58,17 @@ struct SendWqe {
   uint32_t first_psn = 0;   // PSN of the first request packet
   uint32_t last_psn = 0;    // PSN of the last packet (reads: of the last response), set at start
   uint64_t resp_bytes = 0;  // read: response bytes placed so far
+  // RDMA READs and atomics posted on this QP before this one (a running count),
+  // so the requester counts those in flight between two WQEs by a subtraction.
+  uint64_t rd_before = 0;
   bool started = false;     // first_psn/last_psn assigned: some packet has been sent
-  bool sent = false;        // every request packet sent in the current pass
   bool acked = false;       // acknowledged (or, UC, sent): may complete
 };
+
+// The operations max_rd_atomic limits and IBV_SEND_FENCE waits for.
+inline bool is_read_or_atomic(ibv_wr_opcode op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
 
 // Work requests the requester executes itself, with no packet: memory window
 // binds and local invalidations (IBTA 10.6.7.2).
@@ -179,7 +186,11 @@ class WorkQueue {
   }
   Wqe& front() { return at(0); }
   void pop() { ++head_; }
-  void clear() { head_ = tail_ = 0; }
+  // Positions only grow, also across clear(): a position remembered by the
+  // engine (the first unacknowledged send WQE) stays meaningful.
+  void clear() { head_ = tail_; }
+  // The position of the head entry since the queue was created.
+  uint64_t head_position() const { return head_; }
 
  private:
   // Lays the entries, their SGEs and their inline room out in storage.
