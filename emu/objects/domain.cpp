@@ -44,6 +44,12 @@ QueueBuffer::QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, ui
   std::memset(data_, 0, size);
 }
 
+QueueBuffer QueueBuffer::custom_only(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type) {
+  if (!domain || !domain->custom_alloc()) return QueueBuffer();
+  QueueBuffer b(domain, size, alignment, resource_type);
+  return b.custom() ? std::move(b) : QueueBuffer();
+}
+
 QueueBuffer& QueueBuffer::operator=(QueueBuffer&& other) noexcept {
   if (this != &other) {
     release();

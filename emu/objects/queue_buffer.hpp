@@ -21,6 +21,10 @@ class QueueBuffer {
   // std::bad_alloc when the allocator returns NULL: the verb fails with
   // ENOMEM, as mlx5's does.
   QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type);
+  // The allocator's memory only: empty (data() NULL) when domain has no
+  // allocator or it answers IBV_ALLOCATOR_USE_DEFAULT, so that a work queue
+  // allocates its own ring at its first post (emu/qp/wq.hpp).
+  static QueueBuffer custom_only(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type);
   ~QueueBuffer() { release(); }
   QueueBuffer(QueueBuffer&& other) noexcept { *this = static_cast<QueueBuffer&&>(other); }
   QueueBuffer& operator=(QueueBuffer&& other) noexcept;

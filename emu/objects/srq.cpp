@@ -10,7 +10,8 @@ namespace softverbs::emu {
 
 // As mlx5's SRQ: the ring's buffer, then its doorbell record.
 Srq::Srq(Pd& pd, const ibv_srq_init_attr& attr, uint32_t max_wr, uint32_t max_sge, ParentDomain* pdom)
-    : queue_mem(pdom, WorkQueue<RecvWqe>::bytes_for(max_wr, max_sge), kQueueAlign, resource_type_srq()),
+    : queue_mem(QueueBuffer::custom_only(pdom, WorkQueue<RecvWqe>::bytes_for(max_wr, max_sge), kQueueAlign,
+                                         resource_type_srq())),
       doorbell(pdom && pdom->custom_alloc() ? QueueBuffer(pdom, kDoorbellSize, kDoorbellSize, resource_type_dbr())
                                                 : QueueBuffer()),
       rq(max_wr, max_sge, 0, queue_mem.data()),

@@ -88,12 +88,12 @@ Qp::Qp(Pd& pd, const ibv_qp_init_attr& attr, ParentDomain* domain)
       cap_(attr.cap),
       domain_(domain),
       // As mlx5: the QP's buffer, then its doorbell record.
-      queue_mem_(domain, queue_bytes(attr), kQueueAlign, resource_type_qp()),
+      queue_mem_(QueueBuffer::custom_only(domain, queue_bytes(attr), kQueueAlign, resource_type_qp())),
       doorbell_(domain && domain->custom_alloc()
                     ? QueueBuffer(domain, kDoorbellSize, kDoorbellSize, resource_type_dbr())
                     : QueueBuffer()),
       sq_(attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_inline_data, queue_mem_.data()),
-      rq_(rq_wr_of(attr), rq_sge_of(attr), 0, queue_mem_.data() + sq_bytes(attr)) {
+      rq_(rq_wr_of(attr), rq_sge_of(attr), 0, queue_mem_.data() ? queue_mem_.data() + sq_bytes(attr) : nullptr) {
   handle_.owner = this;
   ibv_qp& q = handle_.pub.qp_base;
   q.context = pd.context().ibv();
