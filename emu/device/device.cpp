@@ -54,7 +54,11 @@ Device::Device(const DeviceConfig& config, int index, in_addr addr, const Clock&
   // ops stays NULL: rdma-core providers (libmlx5, libefa) compare it with their own
   // table and reject the device, which is what they must do with a foreign device.
 
-  uint32_t a = ntohl(addr.s_addr);
+  // On virtual time the numbers below start from the device's index instead of
+  // its address, which the process picks among the free ones at run time: a
+  // run then repeats its QP numbers and keys, and so its trace (simulation.md,
+  // "Determinism").
+  const uint32_t a = fabric::virtual_clock() ? static_cast<uint32_t>(index) + 1 : ntohl(addr.s_addr);
   const Identity id = identity_of(addr);
   std::memcpy(mac_, id.mac, sizeof mac_);
   guid_ = id.guid;
