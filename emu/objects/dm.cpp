@@ -144,27 +144,14 @@ ibv_mr* reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsign
   return pub;
 }
 
-// Reached from the application's inline verbs: no exception may leave them.
-template <class F>
-auto guarded(F f, decltype(f()) on_throw) noexcept -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return on_throw;
-}
-
 ibv_dm* op_alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
-  return guarded([&] { return alloc_dm(context, attr); }, nullptr);
+  return guarded([&] { return alloc_dm(context, attr); });
 }
 int op_free_dm(ibv_dm* dm) {
-  return guarded([&] { return free_dm(dm); }, EIO);
+  return guarded([&] { return free_dm(dm); });
 }
 ibv_mr* op_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned access) {
-  return guarded([&] { return reg_dm_mr(pd, dm, offset, length, access); }, nullptr);
+  return guarded([&] { return reg_dm_mr(pd, dm, offset, length, access); });
 }
 
 }  // namespace

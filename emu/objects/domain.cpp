@@ -194,27 +194,14 @@ ibv_pd* alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* a
   return domain.release()->ibv();
 }
 
-// Reached from the application's inline verbs: no exception may leave them.
-template <class F>
-auto guarded(F f, decltype(f()) on_throw) noexcept -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return on_throw;
-}
-
 ibv_td* op_alloc_td(ibv_context* context, ibv_td_init_attr* attr) {
-  return guarded([&] { return alloc_td(context, attr); }, nullptr);
+  return guarded([&] { return alloc_td(context, attr); });
 }
 int op_dealloc_td(ibv_td* td) {
-  return guarded([&] { return dealloc_td(td); }, EIO);
+  return guarded([&] { return dealloc_td(td); });
 }
 ibv_pd* op_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr) {
-  return guarded([&] { return alloc_parent_domain(context, attr); }, nullptr);
+  return guarded([&] { return alloc_parent_domain(context, attr); });
 }
 
 }  // namespace

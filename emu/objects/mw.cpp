@@ -76,14 +76,7 @@ ibv_mw* alloc_mw_unguarded(ibv_pd* pd, ibv_mw_type type) {
 
 // Reached from the application's inline verbs: no exception may leave them.
 ibv_mw* op_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
-  try {
-    return alloc_mw_unguarded(pd, type);
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return nullptr;
+  return guarded([&] { return alloc_mw_unguarded(pd, type); });
 }
 
 int op_dealloc_mw(ibv_mw* mw) {
@@ -116,7 +109,7 @@ int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   // refuses that here, before posting.
   if (mw_bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED) return EINVAL;
   if (qp->context != mw->context) return EINVAL;
-  try {
+  return guarded([&]() -> int {
     // The bind is a work request on the QP, with the window's next key byte.
     ibv_send_wr wr{};
     wr.wr_id = mw_bind->wr_id;
@@ -131,11 +124,7 @@ int op_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
     // mlx5: the work request's completion says whether it took effect.
     mw->rkey = wr.bind_mw.rkey;
     return 0;
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
-  } catch (...) {
-    return EIO;
-  }
+  });
 }
 
 }  // namespace softverbs::emu

@@ -47,13 +47,7 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* 
 
 // Reached from the application's inline ibv_advise_mr: no exception may leave it.
 int op_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge) {
-  try {
-    return advise_mr(pd, advice, flags, sg_list, num_sge);
-  } catch (const std::bad_alloc&) {
-    return ENOMEM;
-  } catch (...) {
-    return EIO;
-  }
+  return guarded([&] { return advise_mr(pd, advice, flags, sg_list, num_sge); });
 }
 
 }  // namespace

@@ -121,27 +121,13 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
 // Reached from the application's inline ibv_create_cq_ex: no exception may
 // leave it.
 ibv_cq_ex* op_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
-  try {
-    return op_create_cq_ex_unguarded(context, attr);
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return nullptr;
+  return guarded([&] { return op_create_cq_ex_unguarded(context, attr); });
 }
 
 // Reached from the application's inline ibv_create_qp_ex for any comp_mask but
 // the PD-only one: no exception may leave it.
 ibv_qp* op_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  try {
-    return EmuProvider::instance().create_qp_ex(context, attr);
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return nullptr;
+  return guarded([&] { return EmuProvider::instance().create_qp_ex(context, attr); });
 }
 
 // ibv_query_rt_values_ex: the raw clock is the one completion timestamps are

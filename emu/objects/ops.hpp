@@ -5,12 +5,40 @@
 
 #include <infiniband/verbs.h>
 
+#include <cerrno>
+#include <new>
+#include <type_traits>
+
 namespace softverbs::emu {
 
 class Context;
 class Cq;
 class ParentDomain;
 class Qp;
+
+// The slots above are reached from the application's inline verbs, with no
+// barrier of the ABI layer around them: no exception may leave them. Runs f and
+// turns std::bad_alloc into ENOMEM and anything else into EIO, in errno and in
+// the result (NULL for a verb that returns an object, the errno for one that
+// returns an int).
+template <class F>
+auto guarded(F f) noexcept -> decltype(f()) {
+  using R = decltype(f());
+  int err;
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    err = ENOMEM;
+  } catch (...) {
+    err = EIO;
+  }
+  errno = err;
+  if constexpr (std::is_pointer_v<R>) {
+    return nullptr;
+  } else {
+    return err;
+  }
+}
 
 void install_context_ops(verbs_context* vctx);
 void install_cq_ex_ops(ibv_cq_ex* cq);

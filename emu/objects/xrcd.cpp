@@ -289,14 +289,7 @@ ibv_qp* open_qp_unguarded(ibv_context* context, ibv_qp_open_attr* attr) {
 ibv_qp* create_xrc_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) { return create_xrc_qp_unguarded(context, attr); }
 
 ibv_qp* op_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
-  try {
-    return open_qp_unguarded(context, attr);
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return nullptr;
+  return guarded([&] { return open_qp_unguarded(context, attr); });
 }
 
 // The creator's handle may go first: its number is freed, but the QP keeps
@@ -363,14 +356,7 @@ Srq* acquire_srq(const Device& dev, uint32_t srqn) {
 }
 
 ibv_xrcd* op_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
-  try {
-    return open_xrcd_unguarded(context, attr);
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return nullptr;
+  return guarded([&] { return open_xrcd_unguarded(context, attr); });
 }
 
 // rdma-core's ibv_close_xrcd returns the errno value (and leaves it in errno).
@@ -381,14 +367,7 @@ int op_close_xrcd(ibv_xrcd* xrcd) {
 }
 
 ibv_srq* op_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
-  try {
-    return create_srq_ex_unguarded(context, attr);
-  } catch (const std::bad_alloc&) {
-    errno = ENOMEM;
-  } catch (...) {
-    errno = EIO;
-  }
-  return nullptr;
+  return guarded([&] { return create_srq_ex_unguarded(context, attr); });
 }
 
 int op_get_srq_num(ibv_srq* srq, uint32_t* srq_num) { return get_srq_num(srq, srq_num); }
