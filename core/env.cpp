@@ -61,6 +61,9 @@ constexpr std::array kTable = {
     Variable{Var::kClock, "SOFTVERBS_CLOCK",
              "the engine's time: real, or virtual (time jumps to the next deadline whenever every thread waits)",
              "real", kLibrary, false},
+    Variable{Var::kPersonality, "SOFTVERBS_PERSONALITY",
+             "the vendor personality of the emulated devices: a NAME (connectx, rxe) or a file path",
+             "connectx (built-in values, no file read)", kLibrary, false},
 };
 
 // kTable is indexed by Var.

@@ -37,6 +37,7 @@ enum class Var {
   kVendorPartId,
   kPostBeforeRts,
   kClock,
+  kPersonality,
 };
 
 struct Variable {
@@ -76,5 +77,6 @@ inline const char* cm_max_retries() noexcept { return raw(Var::kCmMaxRetries); }
 inline const char* vendor_part_id() noexcept { return raw(Var::kVendorPartId); }
 inline const char* post_before_rts() noexcept { return raw(Var::kPostBeforeRts); }
 inline const char* clock() noexcept { return raw(Var::kClock); }
+inline const char* personality() noexcept { return raw(Var::kPersonality); }
 
 }  // namespace softverbs::env

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/device/identity.hpp"
 #include "emu/memory/user_range.hpp"
 #include "emu/objects/domain.hpp"
@@ -251,7 +252,7 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   // IBV_ACCESS_OPTIONAL_RANGE bits are hints the device may ignore.
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
   if (int err = check_access(access)) return fail<ibv_mr>(err);
-  if (length > caps::kMaxMrSize) return fail<ibv_mr>(EINVAL);
+  if (length > personality().max_mr_size) return fail<ibv_mr>(EINVAL);
   // ODP (mlx5_ib create_user_odp_mr): NULL and SIZE_MAX ask for an implicit
   // region, the whole address space at I/O address 0; an explicit one needs no
   // mapping now, as nothing is pinned. Accesses check the mapping instead
@@ -401,15 +402,19 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   if (failed(pd->context)) return fail<ibv_srq>(EIO);
   if (int err = lookup(pd->context, ObjectType::pd, pd, pd->handle)) return fail<ibv_srq>(err);
   const ibv_srq_attr& a = attr->attr;
-  if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(caps::kMaxSrqWr) ||
-      a.max_sge > static_cast<uint32_t>(caps::kMaxSrqSge))
+  if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(personality().max_srq_wr) ||
+      a.max_sge > static_cast<uint32_t>(personality().max_srq_sge))
     return fail<ibv_srq>(EINVAL);
   Pd* p = Pd::from(pd);
   Charge charge = p->context().device().charge(ObjectType::srq);
   if (!charge) return fail<ibv_srq>(ENOMEM);  // max_srq SRQs exist
   uint32_t max_sge = a.max_sge ? a.max_sge : 1;
+  // rxe's SRQ holds 2^n - 1 receives while it reports the max_wr asked for
+  // (docs/simulation.md, "Vendor personalities"); ConnectX-like devices hold and
+  // report exactly max_wr.
+  const uint32_t depth = personality().queue_sizes_as_requested ? rxe_like_depth(a.max_wr) : a.max_wr;
   ParentDomain* domain = parent_domain_of(pd);
-  auto srq = std::make_unique<Srq>(*p, *attr, a.max_wr, max_sge, domain);
+  auto srq = std::make_unique<Srq>(*p, *attr, depth, max_sge, domain);
   srq->ibv()->pd = pd;  // the parent domain, when given one
   srq->charge = std::move(charge);
   const uint32_t handle = p->context().handles.add(ObjectType::srq, srq->ibv());
@@ -421,7 +426,8 @@ ibv_srq* EmuProvider::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   }
   srq->ibv()->handle = handle;
   trace_object(p->context().device(), "create_srq", srq->srqn);
-  // The caller learns the actual sizes.
+  // The caller learns the sizes: the depth asked for, which a.max_wr (the
+  // caller's own field) already holds, whichever the personality.
   attr->attr.max_wr = a.max_wr;
   attr->attr.max_sge = max_sge;
   p->users.get();

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/device/identity.hpp"
 #include "emu/memory/user_range.hpp"
 #include "emu/objects/domain.hpp"
@@ -91,23 +92,38 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
   if (attr->srq)
     if (int err = lookup(pd->context, ObjectType::srq, attr->srq, attr->srq->handle)) return fail<ibv_qp>(err);
   ibv_qp_cap& cap = attr->cap;
-  if (cap.max_send_wr > static_cast<uint32_t>(caps::kMaxQpWr) ||
-      cap.max_send_sge > static_cast<uint32_t>(caps::kMaxSge) || cap.max_inline_data > caps::kMaxInlineData)
+  const Personality& persona = personality();
+  if (cap.max_send_wr > static_cast<uint32_t>(persona.max_qp_wr) ||
+      cap.max_send_sge > static_cast<uint32_t>(persona.max_sge) || cap.max_inline_data > persona.max_inline_data)
     return fail<ibv_qp>(EINVAL);
-  if (!attr->srq && (cap.max_recv_wr > static_cast<uint32_t>(caps::kMaxQpWr) ||
-                     cap.max_recv_sge > static_cast<uint32_t>(caps::kMaxSge)))
+  if (!attr->srq && (cap.max_recv_wr > static_cast<uint32_t>(persona.max_qp_wr) ||
+                     cap.max_recv_sge > static_cast<uint32_t>(persona.max_sge)))
     return fail<ibv_qp>(EINVAL);
 
   Charge charge = ctx.device().charge(ObjectType::qp);
   if (!charge) return fail<ibv_qp>(ENOMEM);  // max_qp QPs exist
   // A parent domain's allocator holds the queues (mlx5_create_qp).
   ParentDomain* domain = parent_domain_of(pd);
-  auto qp = std::make_unique<Qp>(*p, *attr, domain);
+  // rxe's queues hold 2^n - 1 work requests while it reports the depth asked
+  // for (docs/simulation.md, "Vendor personalities"); ConnectX-like queues hold
+  // and report exactly the depth asked for.
+  ibv_qp_init_attr sized = *attr;
+  if (persona.queue_sizes_as_requested) {
+    sized.cap.max_send_wr = rxe_like_depth(cap.max_send_wr);
+    if (!attr->srq) sized.cap.max_recv_wr = rxe_like_depth(cap.max_recv_wr);
+  }
+  auto qp = std::make_unique<Qp>(*p, sized, domain);
   qp->charge = std::move(charge);
   if (extended) qp->make_extended();
   qp->ibv()->pd = pd;  // the parent domain, when given one
   publish_qp(ctx, *qp);
+  const ibv_qp_cap asked = cap;
   cap = qp->cap();  // the actual capabilities
+  // rxe reports the depths asked for, not those of its queues.
+  if (persona.queue_sizes_as_requested) {
+    cap.max_send_wr = asked.max_send_wr;
+    if (!attr->srq) cap.max_recv_wr = asked.max_recv_wr;
+  }
   p->users.get();
   if (domain) domain->users.get();
   trace_object(ctx.device(), "create_qp", qp->qpn());

@@ -10,6 +10,7 @@
 #include "core/log.hpp"
 #include "emu/cm/cm.hpp"
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/objects/objects.hpp"
 
 namespace softverbs::emu {
@@ -180,9 +181,9 @@ int EmuCm::check_param(Id* id, const rdma_conn_param* param) {
   if (id->pub.ps != RDMA_PS_TCP) return 0;
   if (!id->pub.qp && !param) return fail(EINVAL);
   if (!param) return 0;
-  if (param->responder_resources != RDMA_MAX_RESP_RES && param->responder_resources > caps::kMaxQpRdAtom)
+  if (param->responder_resources != RDMA_MAX_RESP_RES && param->responder_resources > personality().max_qp_rd_atom)
     return fail(EINVAL);
-  if (param->initiator_depth != RDMA_MAX_INIT_DEPTH && param->initiator_depth > caps::kMaxQpInitRdAtom)
+  if (param->initiator_depth != RDMA_MAX_INIT_DEPTH && param->initiator_depth > personality().max_qp_init_rd_atom)
     return fail(EINVAL);
   return 0;
 }
@@ -194,9 +195,9 @@ int EmuCm::connect(rdma_cm_id* pub, rdma_conn_param* param) {
   if (check_param(id, param) != 0) return -1;
   if (id->state != IdState::kRouteResolved) return fail(EINVAL);
   id->initiator_depth =
-      param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth : caps::kMaxQpInitRdAtom;
+      param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth : personality().max_qp_init_rd_atom;
   id->responder_resources =
-      param && param->responder_resources != RDMA_MAX_RESP_RES ? param->responder_resources : caps::kMaxQpRdAtom;
+      param && param->responder_resources != RDMA_MAX_RESP_RES ? param->responder_resources : personality().max_qp_rd_atom;
   id->last_param = param ? *param : rdma_conn_param{};
   id->last_private.clear();
   if (param && param->private_data && param->private_data_len) {
@@ -554,11 +555,11 @@ int EmuCm::accept(rdma_cm_id* pub, rdma_conn_param* param) {
   // librdmacm: the application's resources, or what the request offered
   // within the device's limits.
   if (!param || param->initiator_depth == RDMA_MAX_INIT_DEPTH)
-    id->initiator_depth = std::min<uint8_t>(id->initiator_depth, caps::kMaxQpInitRdAtom);
+    id->initiator_depth = std::min<uint8_t>(id->initiator_depth, static_cast<uint8_t>(personality().max_qp_init_rd_atom));
   else
     id->initiator_depth = param->initiator_depth;
   if (!param || param->responder_resources == RDMA_MAX_RESP_RES)
-    id->responder_resources = std::min<uint8_t>(id->responder_resources, caps::kMaxQpRdAtom);
+    id->responder_resources = std::min<uint8_t>(id->responder_resources, static_cast<uint8_t>(personality().max_qp_rd_atom));
   else
     id->responder_resources = param->responder_resources;
   w::Rep& rep = c->rep;
@@ -568,7 +569,7 @@ int EmuCm::accept(rdma_cm_id* pub, rdma_conn_param* param) {
   rep.starting_psn = random_psn();
   rep.responder_resources = id->responder_resources;
   rep.initiator_depth = id->initiator_depth;
-  rep.target_ack_delay = caps::kLocalCaAckDelay;
+  rep.target_ack_delay = personality().local_ca_ack_delay;
   rep.end_to_end_flow_control = param && param->flow_control;
   rep.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
   rep.srq = id->pub.qp ? id->pub.qp->srq != nullptr : param->srq;

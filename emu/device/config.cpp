@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/env.hpp"
+#include "emu/device/personality.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -150,8 +151,22 @@ std::optional<uint32_t> parse_vendor_part_id(std::string_view text) {
 
 std::optional<Config> config_from_env(std::string* error) {
   std::optional<Config> config = parse_config(env::devices(), env::link_layer(), env::mtu(), error);
+  if (!config) return config;
+  // SOFTVERBS_PERSONALITY: read before any device exists, so every device and
+  // object sees one personality for the life of the process. A bad one lists no
+  // devices, as a bad SOFTVERBS_DEVICES does: running as ConnectX when rxe was
+  // asked for would pass tests meant to fail.
+  if (const char* spec = env::personality(); spec && *spec) {
+    Personality persona;
+    if (!load_personality(spec, &persona, error)) {
+      *error = "SOFTVERBS_PERSONALITY: " + *error;
+      return std::nullopt;
+    }
+    set_personality(persona);
+  }
+  for (DeviceConfig& d : config->devices) d.vendor_part_id = personality().vendor_part_id;
   const char* part = env::vendor_part_id();
-  if (!config || !part || !*part) return config;
+  if (!part || !*part) return config;
   std::optional<uint32_t> id = parse_vendor_part_id(part);
   if (!id) {
     *error = std::string("SOFTVERBS_VENDOR_PART_ID: expected a number 0..4294967295 (decimal or 0x...), got '") +

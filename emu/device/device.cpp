@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/device/fault_actions.hpp"
 #include "emu/device/identity.hpp"
 #include "emu/device/placement.hpp"
@@ -78,45 +79,47 @@ __be64 Device::guid_be() const { return htobe64(guid_); }
 
 void Device::fill_device_attr(ibv_device_attr* attr) const {
   std::memset(attr, 0, sizeof *attr);
-  std::snprintf(attr->fw_ver, sizeof attr->fw_ver, "%s", caps::kFwVer);
+  // The active personality (SOFTVERBS_PERSONALITY) gives the values.
+  const Personality& p = personality();
+  std::snprintf(attr->fw_ver, sizeof attr->fw_ver, "%s", p.fw_ver.c_str());
   attr->node_guid = guid_be();
   attr->sys_image_guid = guid_be();
-  attr->max_mr_size = caps::kMaxMrSize;
-  attr->page_size_cap = caps::kPageSizeCap;
-  attr->vendor_id = caps::kVendorId;
+  attr->max_mr_size = p.max_mr_size;
+  attr->page_size_cap = p.page_size_cap;
+  attr->vendor_id = p.vendor_id;
   attr->vendor_part_id = config_.vendor_part_id;
-  attr->hw_ver = caps::kHwVer;
-  attr->max_qp = caps::kMaxQp;
-  attr->max_qp_wr = caps::kMaxQpWr;
+  attr->hw_ver = p.hw_ver;
+  attr->max_qp = p.max_qp;
+  attr->max_qp_wr = p.max_qp_wr;
   attr->device_cap_flags = caps::kDeviceCapFlags;
-  attr->max_sge = caps::kMaxSge;
-  attr->max_sge_rd = caps::kMaxSgeRd;
-  attr->max_cq = caps::kMaxCq;
-  attr->max_cqe = caps::kMaxCqe;
-  attr->max_mr = caps::kMaxMr;
-  attr->max_pd = caps::kMaxPd;
-  attr->max_qp_rd_atom = caps::kMaxQpRdAtom;
+  attr->max_sge = p.max_sge;
+  attr->max_sge_rd = p.max_sge_rd;
+  attr->max_cq = p.max_cq;
+  attr->max_cqe = p.max_cqe;
+  attr->max_mr = p.max_mr;
+  attr->max_pd = p.max_pd;
+  attr->max_qp_rd_atom = p.max_qp_rd_atom;
   attr->max_ee_rd_atom = caps::kMaxEeRdAtom;
-  attr->max_res_rd_atom = caps::kMaxResRdAtom;
-  attr->max_qp_init_rd_atom = caps::kMaxQpInitRdAtom;
+  attr->max_res_rd_atom = p.max_res_rd_atom;
+  attr->max_qp_init_rd_atom = p.max_qp_init_rd_atom;
   attr->max_ee_init_rd_atom = caps::kMaxEeInitRdAtom;
-  attr->atomic_cap = caps::kAtomicCap;
+  attr->atomic_cap = p.atomic_cap;
   attr->max_ee = 0;
   attr->max_rdd = 0;
-  attr->max_mw = caps::kMaxMw;
+  attr->max_mw = p.max_mw;
   attr->max_raw_ipv6_qp = 0;
   attr->max_raw_ethy_qp = 0;
-  attr->max_mcast_grp = caps::kMaxMcastGrp;
-  attr->max_mcast_qp_attach = caps::kMaxMcastQpAttach;
-  attr->max_total_mcast_qp_attach = caps::kMaxTotalMcastQpAttach;
-  attr->max_ah = caps::kMaxAh;
+  attr->max_mcast_grp = p.max_mcast_grp;
+  attr->max_mcast_qp_attach = p.max_mcast_qp_attach;
+  attr->max_total_mcast_qp_attach = p.max_total_mcast_qp_attach;
+  attr->max_ah = p.max_ah;
   attr->max_fmr = 0;
   attr->max_map_per_fmr = 0;
-  attr->max_srq = caps::kMaxSrq;
-  attr->max_srq_wr = caps::kMaxSrqWr;
-  attr->max_srq_sge = caps::kMaxSrqSge;
+  attr->max_srq = p.max_srq;
+  attr->max_srq_wr = p.max_srq_wr;
+  attr->max_srq_sge = p.max_srq_sge;
   attr->max_pkeys = pkey_tbl_len();
-  attr->local_ca_ack_delay = caps::kLocalCaAckDelay;
+  attr->local_ca_ack_delay = p.local_ca_ack_delay;
   attr->phys_port_cnt = caps::kPhysPortCnt;
 }
 
@@ -255,13 +258,13 @@ Mw* Device::find_mw_locked(uint32_t rkey) {
 
 int Device::limit_of(ObjectType type) noexcept {
   switch (type) {
-    case ObjectType::pd: return caps::kMaxPd;
-    case ObjectType::mr: return caps::kMaxMr;
-    case ObjectType::cq: return caps::kMaxCq;
-    case ObjectType::srq: return caps::kMaxSrq;
-    case ObjectType::qp: return caps::kMaxQp;
-    case ObjectType::ah: return caps::kMaxAh;
-    case ObjectType::mw: return caps::kMaxMw;
+    case ObjectType::pd: return personality().max_pd;
+    case ObjectType::mr: return personality().max_mr;
+    case ObjectType::cq: return personality().max_cq;
+    case ObjectType::srq: return personality().max_srq;
+    case ObjectType::qp: return personality().max_qp;
+    case ObjectType::ah: return personality().max_ah;
+    case ObjectType::mw: return personality().max_mw;
     case ObjectType::dm:    // bounded by max_dm_size instead
     case ObjectType::xrcd:  // no attribute of ibv_device_attr
       break;

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 
@@ -46,11 +47,11 @@ int Device::attach_mcast(uint32_t qpn, const ibv_gid& gid, uint16_t lid) {
   if (it != mcast_.end()) {
     auto& a = it->second.attached;
     if (std::find(a.begin(), a.end(), std::make_pair(qpn, lid)) != a.end()) return 0;
-    if (a.size() >= static_cast<size_t>(caps::kMaxMcastQpAttach)) return ENOMEM;
-  } else if (mcast_.size() >= static_cast<size_t>(caps::kMaxMcastGrp)) {
+    if (a.size() >= static_cast<size_t>(personality().max_mcast_qp_attach)) return ENOMEM;
+  } else if (mcast_.size() >= static_cast<size_t>(personality().max_mcast_grp)) {
     return ENOMEM;
   }
-  if (mcast_attachments_ >= static_cast<size_t>(caps::kMaxTotalMcastQpAttach)) return ENOMEM;
+  if (mcast_attachments_ >= static_cast<size_t>(personality().max_total_mcast_qp_attach)) return ENOMEM;
   McastGroup& g = mcast_[key];
   in_addr v4;
   if (g.attached.empty() && ipv4_group(key, &v4))

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/ops.hpp"
@@ -173,7 +174,7 @@ int Cq::arm(int solicited_only) {
 }
 
 int Cq::resize(int cqe) {
-  if (cqe < caps::kMinCqe || cqe > caps::kMaxCqe) return EINVAL;
+  if (cqe < caps::kMinCqe || cqe > personality().max_cqe) return EINVAL;
   std::lock_guard lock(mu_);
   size_t pending = static_cast<size_t>(tail_ - head_);
   int depth = cq_depth_for(cqe);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/trace.hpp"
@@ -98,7 +99,7 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
     errno = EINVAL;  // as ConnectX
     return nullptr;
   }
-  if (attr->cqe > static_cast<uint32_t>(caps::kMaxCqe)) {
+  if (attr->cqe > static_cast<uint32_t>(personality().max_cqe)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -242,7 +243,7 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
 
 ibv_cq_ex* create_cq(Context& ctx, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector,
                      uint64_t wc_flags, ParentDomain* domain) {
-  if (cqe < caps::kMinCqe || cqe > caps::kMaxCqe || comp_vector < 0 || comp_vector >= caps::kNumCompVectors) {
+  if (cqe < caps::kMinCqe || cqe > personality().max_cqe || comp_vector < 0 || comp_vector >= caps::kNumCompVectors) {
     errno = EINVAL;
     return nullptr;
   }

@@ -23,6 +23,7 @@
 #include "emu/qp/qp.hpp"
 #include "emu/qp/wr_batch.hpp"
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -182,8 +183,8 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     if (int err = ctx->handles.check(ObjectType::pd, attr->pd, attr->pd->handle)) return fail<ibv_qp>(err);
     if (int err = ctx->handles.check(ObjectType::cq, attr->send_cq, attr->send_cq->handle)) return fail<ibv_qp>(err);
     const ibv_qp_cap& cap = attr->cap;
-    if (cap.max_send_wr > static_cast<uint32_t>(caps::kMaxQpWr) ||
-        cap.max_send_sge > static_cast<uint32_t>(caps::kMaxSge) || cap.max_inline_data > caps::kMaxInlineData)
+    if (cap.max_send_wr > static_cast<uint32_t>(personality().max_qp_wr) ||
+        cap.max_send_sge > static_cast<uint32_t>(personality().max_sge) || cap.max_inline_data > personality().max_inline_data)
       return fail<ibv_qp>(EINVAL);
     base.cap = cap;
     base.cap.max_recv_wr = base.cap.max_recv_sge = 0;
@@ -191,7 +192,7 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
     // size it from the WQE (rdma_xclient posts 16 inline bytes with
     // max_inline_data 0 and one SGE). What is granted is written back.
     base.cap.max_inline_data = std::min<uint32_t>(
-        std::max<uint32_t>(cap.max_inline_data, cap.max_send_sge * sizeof(ibv_sge)), caps::kMaxInlineData);
+        std::max<uint32_t>(cap.max_inline_data, cap.max_send_sge * sizeof(ibv_sge)), personality().max_inline_data);
     // Inside, the send CQ stands in for the receive CQ the QP does not have.
     base.send_cq = base.recv_cq = attr->send_cq;
     pd = Pd::from(attr->pd);

@@ -1,0 +1,84 @@
+// Vendor personalities (docs/simulation.md, "Vendor personalities"): the device
+// attributes and the behaviours the IBTA leaves open, kept as data so that a
+// program can be tested against the adapter it is deployed on. One TOML file per
+// personality (data/personalities/NAME.toml); SOFTVERBS_PERSONALITY picks one.
+// Without the variable the built-in ConnectX-like values of caps.hpp apply and
+// no file is read.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace softverbs::emu {
+
+struct Personality {
+  std::string name = "connectx";
+  // struct ibv_device_attr (and the limits every verb enforces from it).
+  std::string fw_ver;
+  uint32_t vendor_id = 0;
+  uint32_t vendor_part_id = 0;  // SOFTVERBS_VENDOR_PART_ID still overrides it
+  uint32_t hw_ver = 0;
+  uint64_t max_mr_size = 0;
+  uint64_t page_size_cap = 0;
+  int max_qp = 0;
+  int max_qp_wr = 0;
+  int max_sge = 0;
+  int max_sge_rd = 0;
+  int max_cq = 0;
+  int max_cqe = 0;
+  int max_mr = 0;
+  int max_pd = 0;
+  int max_qp_rd_atom = 0;
+  int max_res_rd_atom = 0;
+  int max_qp_init_rd_atom = 0;
+  ibv_atomic_cap atomic_cap = IBV_ATOMIC_NONE;
+  int max_mw = 0;
+  int max_ah = 0;
+  int max_mcast_grp = 0;
+  int max_mcast_qp_attach = 0;
+  int max_total_mcast_qp_attach = 0;
+  int max_srq = 0;
+  int max_srq_wr = 0;
+  int max_srq_sge = 0;
+  uint8_t local_ca_ack_delay = 0;
+  // The largest max_inline_data ibv_create_qp accepts.
+  uint32_t max_inline_data = 0;
+  // How deep QP and SRQ queues are and what ibv_create_qp/ibv_create_srq write
+  // back. false (ConnectX-like): a queue holds the depth asked for and reports
+  // it, the IBTA's actual values (11.2.5.2). true (rxe): a queue holds 2^n - 1
+  // work requests (rxe_like_depth) but reports the depth asked for, so posting
+  // past the reported depth succeeds and ibv_query_qp/ibv_query_srq report more.
+  bool queue_sizes_as_requested = false;
+};
+
+// The depth of an rxe queue asked to hold `wanted` work requests: the smallest
+// 2^n - 1 at least as large (a ring of 2^n slots, one kept empty).
+inline uint32_t rxe_like_depth(uint32_t wanted) {
+  uint64_t slots = 1;
+  while (slots < uint64_t{wanted} + 1) slots <<= 1;
+  return static_cast<uint32_t>(slots - 1);
+}
+
+// The ConnectX-like values of caps.hpp: the default personality.
+Personality builtin_personality();
+
+// Parses a personality file. Every key is optional (an absent one keeps the
+// built-in value); an unknown key, a value of the wrong type or out of range,
+// or malformed TOML gives false with *error naming the line or the key.
+bool parse_personality(std::string_view toml_text, Personality* out, std::string* error);
+
+// SOFTVERBS_PERSONALITY's value: a NAME ([a-z0-9_-], looked up as NAME.toml in
+// the installed data directory, then the source tree's data/personalities) or a
+// path (anything with a '/'). Returns false with *error on an unknown name, an
+// unreadable file or a bad one.
+bool load_personality(std::string_view spec, Personality* out, std::string* error);
+
+// The active personality: the built-in one until set_personality is called
+// (once, when the devices are first listed, before any exists).
+const Personality& personality() noexcept;
+void set_personality(const Personality& p);
+
+}  // namespace softverbs::emu
