@@ -102,7 +102,11 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
   if (!charge) return fail<ibv_qp>(ENOMEM);  // max_qp QPs exist
   // A parent domain's allocator holds the queues (mlx5_create_qp).
   ParentDomain* domain = parent_domain_of(pd);
-  auto qp = std::make_unique<Qp>(*p, *attr, domain);
+  // The send queue's inline room is sized as ConnectX and rxe size it
+  // (caps::granted_inline_data); the caller's attr changes only on success.
+  ibv_qp_init_attr granted = *attr;
+  granted.cap.max_inline_data = caps::granted_inline_data(cap);
+  auto qp = std::make_unique<Qp>(*p, granted, domain);
   qp->charge = std::move(charge);
   if (extended) qp->make_extended();
   qp->ibv()->pd = pd;  // the parent domain, when given one
