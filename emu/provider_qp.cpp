@@ -112,6 +112,9 @@ ibv_qp* EmuProvider::create_qp_common(ibv_pd* pd, ibv_qp_init_attr* attr, bool e
     sized.cap.max_send_wr = rxe_like_depth(cap.max_send_wr);
     if (!attr->srq) sized.cap.max_recv_wr = rxe_like_depth(cap.max_recv_wr);
   }
+  // The send queue's inline room is sized as ConnectX and rxe size it
+  // (caps::granted_inline_data); the caller's attr changes only on success.
+  sized.cap.max_inline_data = caps::granted_inline_data(cap, persona.max_inline_data);
   auto qp = std::make_unique<Qp>(*p, sized, domain);
   qp->charge = std::move(charge);
   if (extended) qp->make_extended();

@@ -64,6 +64,19 @@ inline constexpr uint8_t kLocalCaAckDelay = 16;
 inline constexpr uint8_t kPhysPortCnt = 1;
 inline constexpr int kNumCompVectors = 1;
 inline constexpr uint32_t kMaxInlineData = 512;
+// The inline room a send queue is granted and ibv_create_qp writes back: at
+// least the room its SGEs' descriptors take in a WQE (16 bytes each, as
+// sizeof(ibv_sge)), since ConnectX and rxe size the inline segment from the
+// WQE and so grant that much even when asked for 0 (rxe grants exactly this;
+// mlx5 rounds further, to its 64-byte WQE blocks). rdma_xclient, among others,
+// posts small inline sends on QPs created with max_inline_data 0. Callers have
+// checked the request against kMaxInlineData and max_send_sge against kMaxSge.
+// max_inline: the device's largest max_inline_data (the active personality's).
+inline uint32_t granted_inline_data(const ibv_qp_cap& cap, uint32_t max_inline = kMaxInlineData) {
+  const uint32_t sges = cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge));
+  const uint32_t room = cap.max_inline_data > sges ? cap.max_inline_data : sges;
+  return room < max_inline ? room : max_inline;
+}
 inline constexpr uint32_t kMaxMsgSz = 1u << 30;
 // The longest memory window a bind accepts (mlx5: its KLM holds at most 2 GiB;
 // longer gives EOPNOTSUPP at post).

@@ -188,11 +188,9 @@ ibv_qp* create_xrc_qp_unguarded(ibv_context* context, ibv_qp_init_attr_ex* attr)
       return fail<ibv_qp>(EINVAL);
     base.cap = cap;
     base.cap.max_recv_wr = base.cap.max_recv_sge = 0;
-    // Inline room at least as large as the SGEs' descriptors, as mlx5 and rxe
-    // size it from the WQE (rdma_xclient posts 16 inline bytes with
-    // max_inline_data 0 and one SGE). What is granted is written back.
-    base.cap.max_inline_data = std::min<uint32_t>(
-        std::max<uint32_t>(cap.max_inline_data, cap.max_send_sge * sizeof(ibv_sge)), personality().max_inline_data);
+    // Inline room at least as large as the SGEs' descriptors, as for every
+    // send queue (caps::granted_inline_data); what is granted is written back.
+    base.cap.max_inline_data = caps::granted_inline_data(cap, personality().max_inline_data);
     // Inside, the send CQ stands in for the receive CQ the QP does not have.
     base.send_cq = base.recv_cq = attr->send_cq;
     pd = Pd::from(attr->pd);

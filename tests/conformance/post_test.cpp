@@ -277,6 +277,50 @@ TEST_P(PostTest, InlineLargerThanMaxInlineData) {
   }
 }
 
+// A send queue created with max_inline_data 0 still takes small inline sends:
+// ConnectX and rxe size the inline segment from the WQE, so the room its SGEs'
+// descriptors take (16 bytes each) is granted and written back. rdma_xclient
+// relies on it (16 inline bytes, one SGE, max_inline_data 0).
+TEST_P(PostTest, InlineRoomOfTheSgesWithoutAsking) {
+  ibv_ah_attr ah_attr = loopback_ah_attr();
+  Ah ah(ibv_create_ah(pd_, &ah_attr));
+  ASSERT_TRUE(ah);
+  for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+    for (uint32_t sges : {1u, 2u}) {
+      SCOPED_TRACE(std::string(qp_type_name(type)) + " with " + std::to_string(sges) + " SGEs");
+      ibv_qp_init_attr init = qp_init_attr(type, cq_.get());
+      init.cap.max_send_sge = sges;
+      ASSERT_EQ(init.cap.max_inline_data, 0u);
+      Qp qp = make_qp(init);
+      ASSERT_TRUE(qp);
+      ibv_qp_attr a{};
+      ibv_qp_init_attr q{};
+      ASSERT_EQ(ibv_query_qp(qp.get(), &a, IBV_QP_CAP, &q), 0);
+      const uint32_t granted = q.cap.max_inline_data;
+      observe(std::string("max_inline_data.") + qp_type_name(type) + ".sge" + std::to_string(sges),
+              "0->" + std::to_string(granted));
+      EXPECT_GE(granted, 16u * sges);
+      ASSERT_GE(granted, 16u);
+      ASSERT_EQ(move_to(qp.get(), IBV_QPS_RTS), 0);
+      ibv_sge sge{reinterpret_cast<uintptr_t>(buf_), 16, 0};  // unregistered: inline ignores the lkey
+      ibv_send_wr wr{};
+      wr.wr_id = 11;
+      wr.opcode = IBV_WR_SEND;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.send_flags = IBV_SEND_INLINE;
+      if (type == IBV_QPT_UD) {
+        wr.wr.ud.ah = ah.get();
+        wr.wr.ud.remote_qpn = qp->qp_num;
+        wr.wr.ud.remote_qkey = 0x11111111;
+      }
+      ibv_send_wr* bad = nullptr;
+      EXPECT_EQ(ibv_post_send(qp.get(), &wr, &bad), 0);
+      EXPECT_EQ(bad, nullptr);
+    }
+  }
+}
+
 TEST_P(PostTest, SendTooManySges) {
   ibv_qp_init_attr init = qp_init_attr(IBV_QPT_RC, cq_.get());
   init.cap.max_send_sge = 2;
