@@ -17,9 +17,9 @@ constexpr auto kReorderHold = std::chrono::microseconds(200);
 // Sends through the layers below with the trace's record of the packet left
 // for the tap (core/trace.hpp).
 void send_traced(Link& inner, const std::string& dev, in_addr dst, std::span<const uint8_t> packet, uint8_t tos,
-                 std::string_view fault) {
+                 bool icrc, std::string_view fault) {
   if (trace::on()) trace::set_pending({&dev, fault, 0});
-  inner.send(dst, packet, tos);
+  inner.send(dst, packet, tos, icrc);
 }
 
 // The frame number the tap left for a received packet.
@@ -42,7 +42,7 @@ void FaultyLink::attach(Receiver& receiver) {
 
 // ---- the way out ----------------------------------------------------------
 
-void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   const Clock& clock = scheduler_.clock();
   std::string_view fault = "none";  // for the trace
   if (filter_.active()) {
@@ -57,29 +57,32 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos)
             return;
           case faults::FaultAction::duplicate:
             counters_.faults_duplicated.fetch_add(1, std::memory_order_relaxed);
-            send_traced(inner_, device_, dst, packet, tos, "duplicate");
+            send_traced(inner_, device_, dst, packet, tos, icrc, "duplicate");
             fault = "duplicate";
             break;
           case faults::FaultAction::corrupt: {
             // One flipped bit in the middle of the packet: the ICRC no longer matches.
+            // It goes on marked as carrying its ICRC even where the sender left
+            // that field 0 (in-process, Link::needs_icrc), so the receiver checks
+            // it and drops the packet as one damaged on a wire.
             counters_.faults_corrupted.fetch_add(1, std::memory_order_relaxed);
             std::vector<uint8_t> bad(packet.begin(), packet.end());
             bad[bad.size() / 2] ^= 0x10;
-            send_traced(inner_, device_, dst, bad, tos, "corrupt");
+            send_traced(inner_, device_, dst, bad, tos, true, "corrupt");
             return;
           }
           case faults::FaultAction::delay:
             counters_.faults_delayed.fetch_add(1, std::memory_order_relaxed);
             scheduler_.after(std::chrono::microseconds(d.delay_us),
-                             [this, dst, tos, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] {
-                               send_traced(inner_, device_, dst, bytes, tos, "delay");
+                             [this, dst, tos, icrc, bytes = std::vector<uint8_t>(packet.begin(), packet.end())] {
+                               send_traced(inner_, device_, dst, bytes, tos, icrc, "delay");
                              });
             return;
           case faults::FaultAction::reorder: {
             counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
             std::lock_guard lock(held_mu_);
             if (!held_tx_) {
-              held_tx_ = Held{dst, std::vector<uint8_t>(packet.begin(), packet.end()), tos};
+              held_tx_ = Held{dst, std::vector<uint8_t>(packet.begin(), packet.end()), tos, icrc};
               has_held_tx_.store(true, std::memory_order_release);
               // It goes out after the next packet, or after a short while if none follows.
               scheduler_.after(kReorderHold, [this] { send_held(); });
@@ -93,7 +96,7 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos)
       }
     }
   }
-  send_traced(inner_, device_, dst, packet, tos, fault);
+  send_traced(inner_, device_, dst, packet, tos, icrc, fault);
   if (has_held_tx_.load(std::memory_order_acquire)) send_held();
 }
 
@@ -105,7 +108,7 @@ void FaultyLink::send_held() {
     has_held_tx_.store(false, std::memory_order_relaxed);
   }
   if (held) {
-    send_traced(inner_, device_, held->dst, held->bytes, held->tos, "reorder");
+    send_traced(inner_, device_, held->dst, held->bytes, held->tos, held->icrc, "reorder");
   }
 }
 

@@ -34,7 +34,7 @@ class FaultyLink final : public LinkDecorator {
   // A PacketSink gets the full layer; any other receiver gets it after a plain
   // parse (no ICRC check), and no forged NAKs.
   void attach(Receiver& receiver) override;
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
   // Held-back packets that are due, then the inner link's batch.
   bool drain() override;
   bool poll() override;
@@ -71,6 +71,7 @@ class FaultyLink final : public LinkDecorator {
     in_addr dst;
     std::vector<uint8_t> bytes;
     uint8_t tos;
+    bool icrc;
   };
   std::optional<Held> held_tx_;
   std::atomic<bool> has_held_tx_{false};  // skips held_mu_ on the common path

@@ -173,7 +173,7 @@ void HostLink::forget(in_addr dst, const std::shared_ptr<Peer>& peer) {
   if (e.peer == peer) e = Entry{};
 }
 
-void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool /*icrc: always set here, see Link::needs_icrc*/) {
   if (fd_ >= 0) {
     // A peer that went away (its process exited) may have been replaced by a
     // new owner of the address: look once more before falling back to UDP.

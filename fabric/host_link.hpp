@@ -78,7 +78,7 @@ class HostLink final : public LinkDecorator {
   HostLink& operator=(const HostLink&) = delete;
 
   // The local path carries no TOS: devices of this host do not look at it.
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
   // The inner link's batch, then what waits for this device on the host path.
   bool drain() override;
   void watch() override;

@@ -78,8 +78,17 @@ class Link {
   virtual void attach(Receiver& receiver) = 0;
   // Sends one packet to dst:4791 with IPv4 TOS byte tos (the GRH traffic
   // class of a RoCEv2 packet: DSCP and ECN). A packet that cannot go is lost,
-  // as on a congested link: the reliable transport recovers it.
-  virtual void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) = 0;
+  // as on a congested link: the reliable transport recovers it. icrc false:
+  // the packet's ICRC field was not computed (it holds 0), which a sender may
+  // do only where needs_icrc(dst) said false; the receiver is told so
+  // (IpFields::icrc_skipped) and does not verify it.
+  virtual void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) = 0;
+  // Whether a packet to dst must carry a computed ICRC: false only where it
+  // stays in this process's memory, where nothing can corrupt it, and no link
+  // on the way shows its bytes (a capture). A link that changes the bytes (the
+  // fault layer's corrupt) sends the changed packet with icrc true, so the
+  // receiver's check drops it as before.
+  virtual bool needs_icrc(in_addr /*dst*/) { return true; }
   // Hands the datagrams waiting now to the receiver without blocking; false if
   // there were none. Callers serialise drains (the device's receive lock).
   virtual bool drain() = 0;
@@ -108,9 +117,10 @@ class LinkDecorator : public Link, protected Receiver {
     up_ = &receiver;
     inner_.attach(*this);
   }
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override {
-    inner_.send(dst, packet, tos);
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override {
+    inner_.send(dst, packet, tos, icrc);
   }
+  bool needs_icrc(in_addr dst) override { return inner_.needs_icrc(dst); }
   bool drain() override { return inner_.drain(); }
   bool poll() override { return inner_.poll(); }
   void watch() override { inner_.watch(); }

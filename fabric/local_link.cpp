@@ -30,26 +30,27 @@ void LocalLink::attach(Receiver& receiver) {
   hub_.add(addr_, this);
 }
 
-void LocalLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void LocalLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   if (IN_MULTICAST(ntohl(dst.s_addr))) {
     // A multicast packet is replicated here, below the fault layer and the
     // capture (which see the one packet the sender put on its wire): one copy
     // to each member device of the host, this one included (docs/wire.md §1.6).
-    for (in_addr member : mcast_members(mcast_gid_of(dst))) send_unicast(member, packet, tos);
+    for (in_addr member : mcast_members(mcast_gid_of(dst))) send_unicast(member, packet, tos, true);
     return;
   }
-  send_unicast(dst, packet, tos);
+  send_unicast(dst, packet, tos, icrc);
 }
 
-void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   if (LocalLink* peer = hub_.find(dst)) {
-    peer->enqueue(addr_, packet, tos);
+    peer->enqueue(addr_, packet, tos, icrc);
     return;
   }
+  // Never reached with icrc false: needs_icrc() said true for this address.
   if (outside_) outside_->send(dst, packet, tos);
 }
 
-void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos) {
+void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   {
     std::lock_guard lock(mu_);
     std::vector<uint8_t> bytes;
@@ -58,7 +59,7 @@ void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t to
       spare_.pop_back();
     }
     bytes.assign(packet.begin(), packet.end());
-    queue_.push_back(Queued{src, tos, std::move(bytes)});
+    queue_.push_back(Queued{src, tos, icrc, std::move(bytes)});
   }
   if (!pending_.exchange(true)) {
     watch();
@@ -96,7 +97,8 @@ bool LocalLink::drain_local() {
     pending_.store(false, std::memory_order_release);
   }
   if (batch_.empty()) return false;
-  for (const Queued& q : batch_) up_->receive(q.src, wire::kRoceV2UdpPort, q.bytes, wire::IpFields{q.tos, wire::kDefaultTtl});
+  for (const Queued& q : batch_)
+    up_->receive(q.src, wire::kRoceV2UdpPort, q.bytes, wire::IpFields{q.tos, wire::kDefaultTtl, !q.icrc});
   {
     std::lock_guard lock(mu_);
     for (auto& entry : batch_) {

@@ -5,6 +5,7 @@
 // member device of the host (fabric/mcast_directory.hpp).
 #pragma once
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <atomic>
@@ -41,7 +42,7 @@ class LocalLink final : public Link, private Receiver {
   LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside = nullptr);
 
   void attach(Receiver& receiver) override;
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
   // The outside link's batch, then everything queued by devices of this process.
   bool drain() override;
   // The same, but the outside link (sockets: a system call each) is read only
@@ -56,14 +57,21 @@ class LocalLink final : public Link, private Receiver {
     up_->receive(src, sport, packet);
   }
   std::string rx_state() override;
+  // Only a unicast packet to a device of this process may leave its ICRC
+  // uncomputed: multicast receivers find their group by the ICRC
+  // (emu/device/mcast.cpp), and sockets carry the bytes out of the process.
+  bool needs_icrc(in_addr dst) override {
+    return IN_MULTICAST(ntohl(dst.s_addr)) || hub_.find(dst) == nullptr;
+  }
 
  private:
   // One copy to one device: its local queue, or the outside link.
-  void send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
+  void send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc);
   // A packet from the device at src (on another thread), sent with TOS byte
   // tos; it arrives with the TTL a socket sends (loopback routes do not
-  // decrement it).
-  void enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos);
+  // decrement it). icrc false: its ICRC was not computed, which the receiver
+  // is told (IpFields::icrc_skipped).
+  void enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos, bool icrc);
   // Everything queued by devices of this process.
   bool drain_local();
   // From the outside link, passed up.
@@ -92,6 +100,7 @@ class LocalLink final : public Link, private Receiver {
   struct Queued {
     in_addr src;
     uint8_t tos;
+    bool icrc;
     std::vector<uint8_t> bytes;
   };
   using Queue = std::deque<Queued>;

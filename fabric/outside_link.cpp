@@ -3,7 +3,7 @@
 
 namespace softverbs::fabric {
 
-void OutsideLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void OutsideLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool /*icrc: always set here, see Link::needs_icrc*/) {
   scheduler_.note_outside();
   inner_.send(dst, packet, tos);
 }

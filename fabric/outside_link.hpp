@@ -15,7 +15,7 @@ class OutsideLink final : public LinkDecorator {
  public:
   OutsideLink(Link& inner, VirtualScheduler& scheduler) : LinkDecorator(inner), scheduler_(scheduler) {}
 
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
 
  protected:
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;

@@ -16,7 +16,7 @@ constexpr size_t kIpUdpHeaders = 20 + 8;
 
 }  // namespace
 
-void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
   counters_.tx_bytes.fetch_add(kIpUdpHeaders + packet.size(), std::memory_order_relaxed);
   if (IN_MULTICAST(ntohl(dst.s_addr))) counters_.tx_multicast.fetch_add(1, std::memory_order_relaxed);
@@ -27,7 +27,7 @@ void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
     const trace::Pending p = trace::take_pending();
     if (p.dev) trace_packet(clock_, *p.dev, "tx", packet, p.fault, frame);
   }
-  inner_.send(dst, packet, tos);
+  inner_.send(dst, packet, tos, icrc);
 }
 
 void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {

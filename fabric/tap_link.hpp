@@ -25,7 +25,10 @@ class TapLink final : public LinkDecorator {
           const LocalHub* hub)
       : LinkDecorator(inner), self_(self), counters_(counters), clock_(clock), pcap_(pcap), hub_(hub) {}
 
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
+  // A capture shows the packets' bytes (tshark checks their ICRC): with one
+  // on, every packet carries its ICRC.
+  bool needs_icrc(in_addr dst) override { return pcap_ || inner_.needs_icrc(dst); }
 
  private:
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;

@@ -63,7 +63,7 @@ UdpLink::~UdpLink() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void UdpLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void UdpLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool /*icrc: always set here, see Link::needs_icrc*/) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(kRoceV2Port);

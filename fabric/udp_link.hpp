@@ -26,7 +26,7 @@ class UdpLink final : public Link {
 
   void attach(Receiver& receiver) override { up_ = &receiver; }
   // A non-zero tos goes with the datagram as an IP_TOS control message.
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override;
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
   // One recvmmsg batch, each datagram with the TOS and TTL it arrived with
   // (IP_RECVTOS, IP_RECVTTL).
   bool drain() override;

@@ -48,6 +48,9 @@ struct PacketHeaders {
 struct IpFields {
   std::uint8_t tos = 0;
   std::uint8_t ttl = kDefaultTtl;
+  // Not an IP field: the packet came through the in-process queue with its
+  // ICRC not computed (fabric::Link::needs_icrc), so the receiver skips the check.
+  bool icrc_skipped = false;
   friend bool operator==(const IpFields&, const IpFields&) = default;
 };
 

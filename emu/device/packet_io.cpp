@@ -60,13 +60,13 @@ std::string Device::rx_state() {
 
 void Device::start_progress() { link_->watch(); }
 
-void Device::transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+void Device::transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   if (!port_active()) {
     // A port that is down sends nothing: to its peers it is a lost link.
     counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  link_->send(dst, packet, tos);
+  link_->send(dst, packet, tos, icrc);
 }
 
 void Device::progress(bool block) {
@@ -107,7 +107,10 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
   }
   wire::Ipv4Flow f = flow(src, addr_);
   f.sport = sport;
-  wire::ParseError err = wire::parse(packet, pkt, wire::IcrcFlow{f});
+  // A packet of the in-process queue whose sender left the ICRC uncomputed
+  // (fabric::Link::needs_icrc) is not checked: it never left this process's
+  // memory. Everything else is (IBTA: invariant CRC), a corrupted one included.
+  wire::ParseError err = ip.icrc_skipped ? wire::parse(packet, pkt) : wire::parse(packet, pkt, wire::IcrcFlow{f});
   rx_group_ = in_addr{};
   if (err == wire::ParseError::icrc_mismatch) err = admit_mcast(packet, f, pkt);
   if (err == wire::ParseError::icrc_mismatch) {

@@ -184,7 +184,11 @@ class Device final : private fabric::PacketSink {
   // Sends one packet (BTH..ICRC) through the link (a device of this process
   // gets it through its local queue, with the same packet semantics), with
   // IPv4 TOS byte tos: the traffic class of the QP's path or address handle.
-  void transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0);
+  // icrc false: the packet's ICRC was left uncomputed, as needs_icrc(dst) allowed.
+  void transmit(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true);
+  // Whether a packet to dst must carry its ICRC (fabric::Link::needs_icrc):
+  // false for a device of this process with no capture on this side.
+  bool needs_icrc(in_addr dst) { return link_->needs_icrc(dst); }
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);

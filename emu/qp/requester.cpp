@@ -50,9 +50,13 @@ void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<cons
                             uint8_t tos) {
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
   Device& dev = device();
-  const IcrcFlow flow{dev.flow(dev.addr(), dest)};
-  size_t n = build(h, payload, buf, &flow);
-  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n), tos);
+  // To a device of this process, with no capture to show it, the ICRC is not
+  // computed (fabric::Link::needs_icrc); the multicast QPN always gets one,
+  // as its receivers find the group by it.
+  const bool icrc = h.bth.dest_qp == wire::kMulticastQpn || dev.needs_icrc(dest);
+  const IcrcFlow flow{icrc ? dev.flow(dev.addr(), dest) : wire::Ipv4Flow{}};
+  size_t n = build(h, payload, buf, icrc ? &flow : nullptr);
+  if (n) dev.transmit(dest, std::span<const uint8_t>(buf.data(), n), tos, icrc);
 }
 
 bool resolve_av(const Device& dev, const ibv_ah_attr& av, in_addr* out) {

@@ -232,8 +232,11 @@ class RecordingReceiver final : public Receiver {
 class FakeLink final : public Link {
  public:
   void attach(Receiver& r) override { up = &r; }
-  void send(in_addr dst, std::span<const uint8_t> p, uint8_t = 0) override {
-    sent.push_back({dst, 0, Bytes(p.begin(), p.end()), {}});
+  // A packet sent without its ICRC is recorded with ip.icrc_skipped set.
+  void send(in_addr dst, std::span<const uint8_t> p, uint8_t = 0, bool icrc = true) override {
+    wire::IpFields ip;
+    ip.icrc_skipped = !icrc;
+    sent.push_back({dst, 0, Bytes(p.begin(), p.end()), ip});
   }
   bool drain() override {
     bool any = !arriving.empty();
@@ -330,6 +333,29 @@ TEST(LocalLink, CarriesTheTosAndTheTtl) {
   EXPECT_EQ(ra.got[0].ip, (wire::IpFields{0x2a, 17}));
 }
 
+// Only a unicast packet to a device of this process may go without its ICRC;
+// the receiver is told which packets did (IpFields::icrc_skipped).
+TEST(LocalLink, SaysWhereTheIcrcIsNeededAndCarriesItsAbsence) {
+  ManualClock clock;
+  ManualScheduler s{clock};
+  LocalHub hub;
+  FakeLink outside;
+  LocalLink a(hub, addr("127.0.1.1"), s, &outside), b(hub, addr("127.0.1.2"), s);
+  RecordingReceiver ra, rb;
+  a.attach(ra);
+  b.attach(rb);
+  EXPECT_FALSE(a.needs_icrc(addr("127.0.1.2")));
+  EXPECT_FALSE(a.needs_icrc(addr("127.0.1.1")));  // loopback to itself
+  EXPECT_TRUE(a.needs_icrc(addr("127.0.9.9")));   // another process or host
+  EXPECT_TRUE(a.needs_icrc(addr("239.1.2.3")));   // multicast: the group is found by the ICRC
+  a.send(addr("127.0.1.2"), packet(7), 0, false);
+  a.send(addr("127.0.1.2"), packet(8));
+  EXPECT_TRUE(b.drain());
+  ASSERT_EQ(rb.got.size(), 2u);
+  EXPECT_TRUE(rb.got[0].ip.icrc_skipped);
+  EXPECT_FALSE(rb.got[1].ip.icrc_skipped);
+}
+
 struct FaultyFixture : ::testing::Test {
   FaultyFixture() : link(inner, filter, s, counters, "dev0") { link.attach(up); }
   void arrive(uint32_t psn, wire::IpFields ip = {}) { inner.arriving.push_back({addr("127.0.1.9"), 4791, packet(psn), ip}); }
@@ -359,6 +385,23 @@ TEST_F(FaultyFixture, TxDropDuplicateCorrupt) {
   EXPECT_EQ(counters.faults_duplicated, 1u);
   EXPECT_EQ(counters.faults_corrupted, 1u);
   EXPECT_EQ(filter.seen, (std::vector<faults::Direction>(3, faults::Direction::tx)));
+}
+
+// A packet sent without its ICRC keeps that mark through the fault layer,
+// except a corrupted one: it goes on as carrying an ICRC, so the receiver's
+// check (against the 0 in its ICRC field) drops it.
+TEST_F(FaultyFixture, TxCorruptOfAPacketWithoutIcrcIsChecked) {
+  EXPECT_TRUE(link.needs_icrc(peer));  // the inner link's answer
+  link.send(peer, packet(1), 0, false);
+  filter.queue(faults::FaultAction::duplicate);
+  link.send(peer, packet(2), 0, false);
+  filter.queue(faults::FaultAction::corrupt);
+  link.send(peer, packet(3), 0, false);
+  ASSERT_EQ(inner.sent.size(), 4u);
+  EXPECT_TRUE(inner.sent[0].ip.icrc_skipped);
+  EXPECT_TRUE(inner.sent[1].ip.icrc_skipped);
+  EXPECT_TRUE(inner.sent[2].ip.icrc_skipped);
+  EXPECT_FALSE(inner.sent[3].ip.icrc_skipped);
 }
 
 TEST_F(FaultyFixture, TxDelayGoesThroughTheScheduler) {

@@ -86,7 +86,7 @@ class Collector final : public Receiver {
 class UdpStandIn final : public Link {
  public:
   void attach(Receiver& r) override { up = &r; }
-  void send(in_addr dst, std::span<const uint8_t>, uint8_t = 0) override {
+  void send(in_addr dst, std::span<const uint8_t>, uint8_t = 0, bool = true) override {
     std::lock_guard lock(mu);
     sent.push_back(dst.s_addr);
   }

@@ -74,7 +74,7 @@ class FakeWire final : public fabric::Link {
  public:
   explicit FakeWire(in_addr self) : self_(self) {}
   void attach(fabric::Receiver& receiver) override { up_ = &receiver; }
-  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0) override {
+  void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool = true) override {
     sent.push_back(decode(self_, dst, packet));
     sent.back().tos = tos;
     outbox.push_back(sent.back());
