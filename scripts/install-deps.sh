@@ -9,7 +9,7 @@ packages=(
   # rdma-core headers (the ABI we implement; the real libraries are not linked)
   libibverbs-dev librdmacm-dev
   # libraries
-  libboost-dev libisal-dev libtomlplusplus-dev libcli11-dev
+  libboost-dev libisal-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # unmodified RDMA programs the tests drive

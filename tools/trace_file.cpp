@@ -1,10 +1,17 @@
-// Reading a trace (tools/trace_file.hpp): a small JSON parser and the records
-// of the "traceEvents" array. The trace's own format is documented in
+// Reading a trace (tools/trace_file.hpp): the records of the "traceEvents"
+// array, parsed with nlohmann::json. The trace's own format is documented in
 // docs/simulation.md; any Chrome trace event file in the JSON object form reads.
+//
+// A trace may hold millions of records, so the file is not parsed as one
+// document when its layout allows otherwise: core/trace.cpp writes a header
+// line ending in "traceEvents":[, then one record per line (a ',' after all
+// but the last), then the closing "]}". Such a file is parsed a line at a time;
+// any other layout (a trace another tool wrote) is parsed whole.
 #include "tools/trace_file.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -14,220 +21,152 @@
 namespace softverbs::tools {
 namespace {
 
-class Parser {
+using nlohmann::json;
+
+std::string text_of(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+std::optional<double> number_of(const json& v) {
+  if (v.is_number()) return v.get<double>();
+  return std::nullopt;
+}
+
+// A double as an unsigned integer: 0 where the conversion would be undefined.
+uint64_t to_unsigned(double d) { return d >= 0 && d < 18446744073709551616.0 ? static_cast<uint64_t>(d) : 0; }
+
+uint64_t unsigned_of(const json& v) {
+  if (v.is_number_unsigned() || v.is_number_integer()) return v.get<uint64_t>();
+  if (v.is_number_float()) return to_unsigned(v.get<double>());
+  return 0;
+}
+
+// The records of one trace file, resolved against the tracks named so far.
+class Reader {
  public:
-  Parser(const std::string& text, std::string* error) : s_(text), error_(error) {}
+  Reader(const std::string& path, const std::function<void(const TraceRecord&)>& each, std::string* error)
+      : path_(path), each_(each), error_(error) {}
 
-  bool document(JsonValue* out) {
-    if (!value(out, 0)) return false;
-    ws();
-    return at_ == s_.size() || fail("end of input");
-  }
-  // A value, and where it starts and ends (for a record's raw text).
-  bool value(JsonValue* out, int depth, size_t* begin = nullptr, size_t* end = nullptr) {
-    if (depth > 64) return fail("less nesting");
-    ws();
-    if (begin) *begin = at_;
-    bool ok = false;
-    if (at_ >= s_.size()) return fail("a value");
-    const char c = s_[at_];
-    if (c == '{') {
-      ok = object(out, depth);
-    } else if (c == '[') {
-      ok = array(out, depth);
-    } else if (c == '"') {
-      out->kind = JsonValue::Kind::string;
-      ok = string(&out->text);
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      ok = number(out);
-    } else if (word("true") || word("false")) {
-      out->kind = JsonValue::Kind::boolean;
-      out->boolean = c == 't';
-      ok = true;
-    } else if (word("null")) {
-      out->kind = JsonValue::Kind::null;
-      ok = true;
-    } else {
-      return fail("a value");
+  // One element of "traceEvents" with its text as written; false (and
+  // *error) if it is not an object.
+  bool record(const json& e, std::string_view raw) {
+    if (!e.is_object()) return fail("a trace record is not an object");
+    r_ = TraceRecord{};
+    for (const auto& [k, v] : e.items()) {
+      if (k == "name") r_.name = text_of(v);
+      else if (k == "cat") r_.cat = text_of(v);
+      else if (k == "ph") r_.ph = text_of(v);
+      else if (k == "ts") r_.ts = number_of(v).value_or(0);
+      else if (k == "pid") r_.pid = unsigned_of(v);
+      else if (k == "tid") r_.tid = unsigned_of(v);
+      else if (k == "args" && v.is_object())
+        for (const auto& [ak, av] : v.items()) r_.args.emplace_back(ak, TraceArg{text_of(av), number_of(av)});
     }
-    if (end) *end = at_;
-    return ok;
+    r_.raw = raw;
+    // Tracks: pid -> device, from the process_name records, which come before
+    // the device's first record (core/trace.cpp); a tid is a QPN below 2^24.
+    if (r_.ph == "M" && r_.name == "process_name") devices_[r_.pid] = r_.arg("name");
+    bool has_dev = false;
+    for (const auto& a : r_.args) has_dev = has_dev || a.first == "dev";
+    r_.dev = has_dev ? r_.arg("dev") : devices_[r_.pid];
+    r_.qpn = r_.num("qpn");
+    if (!r_.qpn && r_.ph != "M" && r_.tid > 0 && r_.tid < (1u << 24)) r_.qpn = r_.tid;
+    ++records_;
+    each_(r_);
+    return true;
   }
 
-  // The document's object, with the elements of its "traceEvents" array
-  // handed to `each` one at a time (with where each starts and ends) instead
-  // of being kept: a trace may hold millions. False if it is not JSON;
-  // *found says whether the array was there.
-  bool stream_events(const std::function<void(const JsonValue&, size_t, size_t)>& each, bool* found) {
-    *found = false;
-    ws();
-    if (at_ >= s_.size() || s_[at_] != '{') return fail("'{'");
-    ++at_;
-    ws();
-    if (at_ < s_.size() && s_[at_] == '}') return ++at_, end_of_input();
-    for (;;) {
-      ws();
-      std::string key;
-      if (at_ >= s_.size() || s_[at_] != '"' || !string(&key)) return fail("a member name");
-      ws();
-      if (at_ >= s_.size() || s_[at_++] != ':') return fail("':'");
-      ws();
-      if (key == "traceEvents" && at_ < s_.size() && s_[at_] == '[') {
-        *found = true;
-        if (!events(each)) return false;
-      } else {
-        JsonValue ignored;
-        if (!value(&ignored, 1)) return false;
-      }
-      ws();
-      if (at_ < s_.size() && s_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < s_.size() && s_[at_] == '}') return ++at_, end_of_input();
-      return fail("',' or '}'");
-    }
-  }
-
- private:
-  bool end_of_input() {
-    ws();
-    return at_ == s_.size() || fail("end of input");
-  }
-  bool events(const std::function<void(const JsonValue&, size_t, size_t)>& each) {
-    ++at_;
-    ws();
-    if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
-    for (;;) {
-      JsonValue v;
-      size_t b = 0, e = 0;
-      if (!value(&v, 2, &b, &e)) return false;
-      each(v, b, e);
-      ws();
-      if (at_ < s_.size() && s_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
-      return fail("',' or ']'");
-    }
-  }
-
-  bool fail(const char* expected) {
-    if (error_->empty()) *error_ = "offset " + std::to_string(at_) + ": expected " + expected;
+  bool fail(const std::string& what) {
+    *error_ = path_ + ": " + what;
     return false;
   }
-  void ws() {
-    while (at_ < s_.size() && (s_[at_] == ' ' || s_[at_] == '\n' || s_[at_] == '\r' || s_[at_] == '\t')) ++at_;
-  }
-  bool word(const char* w) {
-    const size_t n = std::strlen(w);
-    if (s_.compare(at_, n, w) != 0) return false;
-    at_ += n;
-    return true;
-  }
-  bool object(JsonValue* out, int depth) {
-    out->kind = JsonValue::Kind::object;
-    ++at_;
-    ws();
-    if (at_ < s_.size() && s_[at_] == '}') return ++at_, true;
-    for (;;) {
-      ws();
-      std::string key;
-      if (at_ >= s_.size() || s_[at_] != '"' || !string(&key)) return fail("a member name");
-      ws();
-      if (at_ >= s_.size() || s_[at_++] != ':') return fail("':'");
-      out->members.emplace_back(std::move(key), JsonValue{});
-      if (!value(&out->members.back().second, depth + 1)) return false;
-      ws();
-      if (at_ < s_.size() && s_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < s_.size() && s_[at_] == '}') return ++at_, true;
-      return fail("',' or '}'");
-    }
-  }
-  bool array(JsonValue* out, int depth) {
-    out->kind = JsonValue::Kind::array;
-    ++at_;
-    ws();
-    if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
-    for (;;) {
-      out->items.emplace_back();
-      if (!value(&out->items.back(), depth + 1)) return false;
-      ws();
-      if (at_ < s_.size() && s_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
-      return fail("',' or ']'");
-    }
-  }
-  bool string(std::string* out) {
-    ++at_;  // the opening quote
-    while (at_ < s_.size()) {
-      const char c = s_[at_++];
-      if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return fail("no control character in a string");
-      if (c != '\\') {
-        *out += c;
-        continue;
-      }
-      if (at_ >= s_.size()) break;
-      const char e = s_[at_++];
-      switch (e) {
-        case '"': case '\\': case '/': *out += e; break;
-        case 'b': *out += '\b'; break;
-        case 'f': *out += '\f'; break;
-        case 'n': *out += '\n'; break;
-        case 'r': *out += '\r'; break;
-        case 't': *out += '\t'; break;
-        case 'u': {
-          if (at_ + 4 > s_.size()) return fail("four hex digits");
-          const unsigned long cp = std::strtoul(s_.substr(at_, 4).c_str(), nullptr, 16);
-          at_ += 4;
-          // Enough for the names a trace holds: ASCII as is, anything else as '?'.
-          *out += cp < 0x80 ? static_cast<char>(cp) : '?';
-          break;
-        }
-        default:
-          return fail("an escape");
-      }
-    }
-    return fail("'\"'");
-  }
-  bool number(JsonValue* out) {
-    const size_t begin = at_;
-    while (at_ < s_.size() && std::strchr("+-0123456789.eE", s_[at_])) ++at_;
-    out->kind = JsonValue::Kind::number;
-    out->text = s_.substr(begin, at_ - begin);
-    char* end = nullptr;
-    errno = 0;
-    out->number = std::strtod(out->text.c_str(), &end);
-    if (!end || *end || errno) return fail("a number");
-    return true;
-  }
+  size_t records() const { return records_; }
 
-  const std::string& s_;
+ private:
+  const std::string& path_;
+  const std::function<void(const TraceRecord&)>& each_;
   std::string* error_;
-  size_t at_ = 0;
+  std::map<uint64_t, std::string> devices_;
+  TraceRecord r_;
+  size_t records_ = 0;
 };
 
+// A parse error as "line L, column C: what" (nlohmann's text without its
+// exception prefix); `line` replaces the line when a single line was parsed.
+std::string describe(const json::parse_error& e, size_t line = 0) {
+  std::string text = e.what();
+  const size_t at = text.find(" at line ");
+  if (at != std::string::npos) text = text.substr(at + 4);
+  if (line) {
+    const size_t comma = text.find(", column ");
+    if (text.rfind("line ", 0) == 0 && comma != std::string::npos)
+      text = "line " + std::to_string(line) + text.substr(comma);
+  }
+  return text;
+}
+
+std::string_view trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// A whole document: the object, its "traceEvents" array, each element.
+bool read_whole(std::istream& in, Reader* reader) {
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    return reader->fail("not JSON: " + describe(e));
+  }
+  auto events = doc.is_object() ? doc.find("traceEvents") : doc.end();
+  if (!doc.is_object() || events == doc.end() || !events->is_array())
+    return reader->fail("not a trace (no \"traceEvents\" array)");
+  for (const json& e : *events) {
+    const std::string raw = e.dump();
+    if (!reader->record(e, raw)) return false;
+  }
+  return true;
+}
+
+enum class LineResult { done, failed, other_layout };
+
+// The layout core/trace.cpp writes, after its header line: one record per
+// line, then a line starting with ']' that closes the array (and may carry
+// more members of the object). other_layout if the first record does not
+// fit on its line, before anything was handed on.
+LineResult read_lines(std::istream& in, Reader* reader) {
+  std::string line;
+  size_t number = 1;
+  while (std::getline(in, line)) {
+    ++number;
+    std::string_view t = trim(line);
+    if (t.empty()) continue;
+    if (t[0] == ']') {
+      // The closing: what follows must end the document.
+      std::ostringstream rest;
+      rest << "{\"traceEvents\":[" << t << "\n" << in.rdbuf();
+      if (json::accept(rest.str())) return LineResult::done;
+      reader->fail("not JSON: after line " + std::to_string(number));
+      return LineResult::failed;
+    }
+    if (t.back() == ',') t = trim(t.substr(0, t.size() - 1));
+    json e;
+    try {
+      e = json::parse(t);
+    } catch (const json::parse_error& err) {
+      if (reader->records() == 0) return LineResult::other_layout;
+      reader->fail("not JSON: " + describe(err, number));
+      return LineResult::failed;
+    }
+    if (!reader->record(e, t)) return LineResult::failed;
+  }
+  reader->fail("not JSON: the \"traceEvents\" array is not closed");
+  return LineResult::failed;
+}
+
 }  // namespace
-
-const JsonValue* JsonValue::get(const std::string& key) const {
-  for (const auto& [k, v] : members)
-    if (k == key) return &v;
-  return nullptr;
-}
-
-bool parse_json(const std::string& text, JsonValue* out, std::string* error) {
-  error->clear();
-  Parser p(text, error);
-  return p.document(out);
-}
 
 std::string TraceRecord::arg(const std::string& key) const {
   for (const auto& [k, v] : args)
@@ -237,15 +176,8 @@ std::string TraceRecord::arg(const std::string& key) const {
 
 std::optional<uint64_t> TraceRecord::num(const std::string& key) const {
   for (const auto& [k, v] : args)
-    if (k == key) return v.kind == JsonValue::Kind::number ? std::optional<uint64_t>(static_cast<uint64_t>(v.number))
-                                                          : std::nullopt;
+    if (k == key) return v.number ? std::optional<uint64_t>(to_unsigned(*v.number)) : std::nullopt;
   return std::nullopt;
-}
-
-bool has_arg(const TraceRecord& r, const std::string& key) {
-  for (const auto& a : r.args)
-    if (a.first == key) return true;
-  return false;
 }
 
 bool read_trace(const std::string& path, const std::function<void(const TraceRecord&)>& each, std::string* error) {
@@ -254,53 +186,27 @@ bool read_trace(const std::string& path, const std::function<void(const TraceRec
     *error = "cannot read " + path + ": " + std::strerror(errno);
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
   error->clear();
-  Parser parser(text, error);
-  // Tracks: pid -> device, from the process_name records, which come before
-  // the device's first record (core/trace.cpp); a tid is a QPN below 2^24.
-  std::map<uint64_t, std::string> devices;
-  bool bad_record = false;
-  TraceRecord r;
-  auto convert = [&](const JsonValue& e, size_t begin, size_t end) {
-    if (bad_record) return;
-    if (e.kind != JsonValue::Kind::object) {
-      bad_record = true;
-      return;
+  Reader reader(path, each, error);
+  // The header line: the object up to the opening of "traceEvents" (closed
+  // here to check it is one).
+  std::string header;
+  std::getline(in, header);
+  const std::string_view h = trim(header);
+  constexpr std::string_view kOpen = "\"traceEvents\":[";
+  if (h.size() >= kOpen.size() && h.substr(h.size() - kOpen.size()) == kOpen) {
+    const json head = json::parse(std::string(h) + "]}", nullptr, false);
+    if (head.is_object()) {
+      switch (read_lines(in, &reader)) {
+        case LineResult::done: return error->empty();
+        case LineResult::failed: return false;
+        case LineResult::other_layout: break;
+      }
     }
-    r = TraceRecord{};
-    for (const auto& [k, v] : e.members) {
-      if (k == "name") r.name = v.text;
-      else if (k == "cat") r.cat = v.text;
-      else if (k == "ph") r.ph = v.text;
-      else if (k == "ts") r.ts = v.number;
-      else if (k == "pid") r.pid = static_cast<uint64_t>(v.number);
-      else if (k == "tid") r.tid = static_cast<uint64_t>(v.number);
-      else if (k == "args" && v.kind == JsonValue::Kind::object) r.args = v.members;
-    }
-    r.raw = std::string_view(text).substr(begin, end - begin);
-    if (r.ph == "M" && r.name == "process_name") devices[r.pid] = r.arg("name");
-    r.dev = has_arg(r, "dev") ? r.arg("dev") : devices[r.pid];
-    r.qpn = r.num("qpn");
-    if (!r.qpn && r.ph != "M" && r.tid > 0 && r.tid < (1u << 24)) r.qpn = r.tid;
-    each(r);
-  };
-  bool found = false;
-  if (!parser.stream_events(convert, &found)) {
-    *error = path + ": not JSON: " + *error;
-    return false;
   }
-  if (!found) {
-    *error = path + ": not a trace (no \"traceEvents\" array)";
-    return false;
-  }
-  if (bad_record) {
-    *error = path + ": a trace record is not an object";
-    return false;
-  }
-  return true;
+  in.clear();
+  in.seekg(0);
+  return read_whole(in, &reader);
 }
 
 bool TraceFilter::matches(const TraceRecord& r) const {

@@ -16,28 +16,19 @@
 
 namespace softverbs::tools {
 
-// One JSON value; numbers keep their text, so records are written back as read.
-struct JsonValue {
-  enum class Kind { null, boolean, number, string, array, object } kind = Kind::null;
-  bool boolean = false;
-  double number = 0;
-  std::string text;  // string: its value; number: its text
-  std::vector<JsonValue> items;
-  std::vector<std::pair<std::string, JsonValue>> members;
-
-  const JsonValue* get(const std::string& key) const;
+// One argument of a record: its text (a string's value, a number as written)
+// and, for a number, its value.
+struct TraceArg {
+  std::string text;
+  std::optional<double> number;
 };
-
-// Parses a JSON document: false with *error (the byte offset and what was
-// expected) if it is not one.
-bool parse_json(const std::string& text, JsonValue* out, std::string* error);
 
 // One record of the trace ("traceEvents" element).
 struct TraceRecord {
   std::string name, cat, ph;
   double ts = 0;  // microseconds since the trace's first record
   uint64_t pid = 0, tid = 0;
-  std::vector<std::pair<std::string, JsonValue>> args;
+  std::vector<std::pair<std::string, TraceArg>> args;
   std::string_view raw;  // the record as written, for a filtered trace (valid during the callback)
   // Resolved by read_trace: the device (args.dev, else the name of the pid's
   // track) and the QP (args.qpn, else the track's QPN; none on a device track).
@@ -51,7 +42,10 @@ struct TraceRecord {
 
 // Calls `each` with every record of a trace file, in order, one at a time (a
 // trace may hold millions); false with *error if it cannot be read or is not a
-// trace (no "traceEvents" array of objects), possibly after some records.
+// trace (no "traceEvents" array of objects), possibly after some records. A
+// trace in the layout core/trace.cpp writes (a header line ending in
+// "traceEvents":[, one record per line) is read a line at a time; any other
+// layout is read whole, and then a record's raw text is its JSON re-serialised.
 bool read_trace(const std::string& path, const std::function<void(const TraceRecord&)>& each, std::string* error);
 
 struct TraceFilter {

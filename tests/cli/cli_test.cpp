@@ -334,10 +334,40 @@ TEST(Cli, TraceFilters) {
   std::filesystem::remove(out);
 }
 
+// A trace another tool wrote need not put one record on a line: it reads the same.
+TEST(Cli, TraceOtherLayout) {
+  std::string flat = kTrace;
+  std::replace(flat.begin(), flat.end(), '\n', ' ');
+  ProcessResult one = cli({"trace", temp_file("lines.json", kTrace)});
+  ProcessResult r = cli({"trace", temp_file("flat.json", flat)});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, one.out);
+  // Pretty-printed, with the array opened on the first line and a record over several lines.
+  std::string pretty = kTrace;
+  pretty.replace(pretty.find("\n{\"name\":\"process_name\""), 9, "\n{\n  \"name\":\n");
+  r = cli({"trace", temp_file("pretty.json", pretty)});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, one.out);
+  // Members after the array.
+  std::string more = kTrace;
+  more.replace(more.rfind("]}"), 2, "],\n\"otherData\":{\"x\":1}}");
+  r = cli({"trace", temp_file("more.json", more)});
+  ASSERT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_EQ(r.out, one.out);
+}
+
 TEST(Cli, TraceBadInput) {
   expect_one_line_error(cli({"trace", "/nonexistent/trace.json"}), 1, "cannot read /nonexistent/trace.json");
   expect_one_line_error(cli({"trace", temp_file("half.json", R"({"traceEvents":[{"name":"x",)")}), 1, "not JSON");
   expect_one_line_error(cli({"trace", temp_file("other.json", R"({"events":[]})")}), 1, "not a trace");
+  // The line layout the writer uses, broken after the first record or left open.
+  expect_one_line_error(cli({"trace", temp_file("mid.json", "{\"traceEvents\":[\n{\"name\":\"a\"},\n{\"name\":\n]}\n")}),
+                        1, "not JSON");
+  expect_one_line_error(cli({"trace", temp_file("open.json", "{\"traceEvents\":[\n{\"name\":\"a\"},\n")}), 1,
+                        "not JSON");
+  expect_one_line_error(cli({"trace", temp_file("tail.json", "{\"traceEvents\":[\n{\"name\":\"a\"}\n]} x\n")}), 1,
+                        "not JSON");
+  expect_one_line_error(cli({"trace", temp_file("scalar.json", "{\"traceEvents\":[\n1\n]}\n")}), 1, "not an object");
   expect_one_line_error(cli({"trace", "--kind", "packets", temp_file("t.json", kTrace)}), 2, "--kind");
   expect_one_line_error(cli({"trace", "--records", "-o", "x.json", temp_file("t.json", kTrace)}), 2, "excludes");
 }
