@@ -61,6 +61,13 @@ rm -rf "$LOGS"
 mkdir -p "$LOGS"
 START=$(date +%s)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+# The source tree the build was configured from, and its state, before this
+# run writes its report and plots into it.
+SRC=$(awk -F= '/^CMAKE_HOME_DIRECTORY:/ {print $2; exit}' "$BUILD/CMakeCache.txt" 2>/dev/null)
+SRC=${SRC:-$REPO}
+COMMIT=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
+DIRTY=$(git -C "$SRC" status --porcelain 2>/dev/null | awk '{print $2}' | cut -d/ -f1 | sort -u | paste -sd, -)
+[[ -n $DIRTY ]] && DIRTY=" with uncommitted changes in: ${DIRTY//,/, }"
 FAILURES=()
 
 # Our library for every child; one emulated device per process (emu0 on an
@@ -322,12 +329,6 @@ else
   PLOT_NOTE="No plots in this run: gnuplot was not found (Debian package gnuplot-nox)."
 fi
 CPU=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
-# The source tree the build was configured from, and its state.
-SRC=$(awk -F= '/^CMAKE_HOME_DIRECTORY:/ {print $2; exit}' "$BUILD/CMakeCache.txt" 2>/dev/null)
-SRC=${SRC:-$REPO}
-COMMIT=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo unknown)
-DIRTY=$(git -C "$SRC" status --porcelain 2>/dev/null | awk '{print $2}' | cut -d/ -f1 | sort -u | paste -sd, -)
-[[ -n $DIRTY ]] && DIRTY=" with uncommitted changes in: ${DIRTY//,/, }"
 
 SECTION=$LOGS/section.md
 {
