@@ -249,8 +249,9 @@ pct() { if num "$1"; then awk -v r="$1" 'BEGIN {printf "%.1f %%", r*100}'; else 
 
 R_BW=$(ratio "$WRITE_BW" "$L_GSO_BW")
 R_LAT=$(ratio "$SEND_LAT" "$L_HALF")
-# P3: the best in-process 64-byte message rate of any BM_MsgRate* benchmark.
-read -r P3_NAME P3_RATE < <(awk '$1 ~ /^BM_MsgRate/ && $3=="items_per_second" && ($2=="median" || $2=="single") {
+# P3: the best in-process 64-byte message rate of any engine_bench benchmark
+# named *MsgRate* (the windowed one, or one that batches posts and polls).
+read -r P3_NAME P3_RATE < <(awk '$1 ~ /MsgRate/ && $3=="items_per_second" && ($2=="median" || $2=="single") {
   if ($4 > best) {best=$4; name=$1}} END {if (name != "") print name, best; else print "n/a n/a"}' "$LOGS/bench.tsv")
 R_RATE=$(ratio "$P3_RATE" 10000000)
 # P2: each latency test's 99th percentile against its typical latency.
@@ -361,7 +362,7 @@ SECTION=$LOGS/section.md
   echo "| P2 | ib_write_lat 99th percentile vs its typical | $(fmt "$WRITE_LAT_99" '%.2f') µs | $(fmt "$WRITE_LAT" '%.2f') µs | $(fmt "$R_P99_WRITE" '%.2f') × | ≤ 3 × | $(verdict "$R_P99_WRITE" le 3) |"
   echo "| P2 | ib_read_lat 99th percentile vs its typical | $(fmt "$READ_LAT_99" '%.2f') µs | $(fmt "$READ_LAT" '%.2f') µs | $(fmt "$R_P99_READ" '%.2f') × | ≤ 3 × | $(verdict "$R_P99_READ" le 3) |"
   echo "| P2 | ib_atomic_lat (fetch and add) 99th percentile vs its typical | $(fmt "$ATOMIC_LAT_99" '%.2f') µs | $(fmt "$ATOMIC_LAT" '%.2f') µs | $(fmt "$R_P99_ATOMIC" '%.2f') × | ≤ 3 × | $(verdict "$R_P99_ATOMIC" le 3) |"
-  echo "| P3 | in-process 64-byte message rate (best of engine_bench's \`BM_MsgRate*\`: \`$P3_NAME\`) vs 10 M/s | $(fmt "$P3_RATE" '%.0f') msg/s | 10 000 000 msg/s | $(pct "$R_RATE") | ≥ 100 % | $(verdict "$R_RATE" ge 1) |"
+  echo "| P3 | in-process 64-byte message rate (best of engine_bench's \`*MsgRate*\`: \`$P3_NAME\`) vs 10 M/s | $(fmt "$P3_RATE" '%.0f') msg/s | 10 000 000 msg/s | $(pct "$R_RATE") | ≥ 100 % | $(verdict "$R_RATE" ge 1) |"
   echo "| P4 | in-process RDMA WRITE bandwidth, 1 MiB (engine_bench) vs memcpy 1 MiB | $(fmt "$(gbs "$E_W1M")" '%.3f') GB/s | $(fmt "$L_M1M" '%.1f') GB/s | $(pct "$R_W1M") | ≥ 50 % | $(verdict "$R_W1M" ge 0.5) |"
   echo "| P4 | in-process RDMA READ bandwidth, 1 MiB (engine_bench) vs memcpy 1 MiB | $(fmt "$(gbs "$E_R1M")" '%.3f') GB/s | $(fmt "$L_M1M" '%.1f') GB/s | $(pct "$R_R1M") | ≥ 50 % | $(verdict "$R_R1M" ge 0.5) |"
   echo "| P4 | in-process 8-byte fetch-and-add rate (scale_bench) vs half the P3 goal | $(fmt "$S_FADD" '%.0f') ops/s | 5 000 000 ops/s | $(pct "$R_FADD") of 10 M/s | ≥ 50 % | $(verdict "$R_FADD" ge 0.5) |"
