@@ -219,14 +219,18 @@ TESTS = {
         },
         expect=[r"hca_id:\s+emu0", r"\[  PASSED  \] \d+ tests", r"^\d+ tests: \d+ pass, 0 fail",
                 r"identical: every matched test has the same verdict"]),
-    # docs/performance.md: the two benchmark programs, each bounded to a token run.
+    # docs/performance.md: the three benchmark programs, each bounded to a token run.
     "performance_benchmarks": Test(
         examples=[("docs/performance.md", "build/bin/engine_bench                                  # all benchmarks")],
+        timeout=120,
         subst=[("build/bin/engine_bench ", "build/bin/engine_bench --benchmark_min_time=0.001 ",
+                "a token run of every benchmark instead of a measurement"),
+               ("build/bin/scale_bench ", "build/bin/scale_bench --benchmark_min_time=0.001 ",
                 "a token run of every benchmark instead of a measurement"),
                ("[--seconds 0.5] [--reps 3] [--no-pin]", "--seconds 0.05 --reps 1",
                 "the optional arguments, with a token duration")],
-        expect=[r"BM_MsgRate64B/16", r"BM_ReadBw/1048576", r"udp_busypoll_rtt_8b_us"]),
+        expect=[r"BM_MsgRate64B/16", r"BM_ReadBw/1048576", r"BM_QpScale/1024/65536", r"BM_MrScale/10000/64",
+                r"BM_LossBw/1", r"udp_busypoll_rtt_8b_us"]),
     # docs/simulation.md, "The summary": a trace of the example program (an RDMA
     # WRITE, then one that every loss fails), its summary and its timers.
     "simulation_trace": Test(
