@@ -21,6 +21,8 @@
 #include "emu/objects/ops.hpp"
 #include "emu/objects/trace.hpp"
 #include "emu/provider_detail.hpp"
+#include "fabric/scheduler.hpp"
+#include "fabric/virtual_time.hpp"
 #include "core/events.hpp"
 
 namespace softverbs::emu {
@@ -50,12 +52,15 @@ int EmuProvider::get_device_index(ibv_device* device) { return Device::from(devi
 
 ibv_context* EmuProvider::open_device(ibv_device* device) {
   auto ctx = std::make_unique<Context>(*Device::from(device));
+  // Virtual time's watch thread steps only while a context is open (docs/simulation.md).
+  if (fabric::virtual_clock()) fabric::VirtualScheduler::instance().note_context(true);
   return ctx.release()->ibv();
 }
 
 int EmuProvider::close_device(ibv_context* context) {
   Context* ctx = Context::from(context);
   trace::flush();
+  if (fabric::virtual_clock()) fabric::VirtualScheduler::instance().note_context(false);
   // The kernel tears down whatever the application left; the emulator keeps such
   // objects (and so the context) alive until exit, since they may still be reached.
   if (ctx->users.busy()) return 0;

@@ -263,6 +263,11 @@ bool VirtualScheduler::step(bool may_jump, Clock::duration* wait_for) {
 
 bool VirtualScheduler::may_jump() const noexcept { return all_idle(stale_busy_.load()); }
 
+void VirtualScheduler::note_context(bool opened) noexcept {
+  if (opened) opened_.store(true);
+  contexts_.fetch_add(opened ? 1 : -1);
+}
+
 void VirtualScheduler::idle_poll() {
   if (!t_in_step) t_slot.polled_empty();
   activity_.fetch_add(1, std::memory_order_relaxed);
@@ -362,8 +367,10 @@ void VirtualScheduler::watch_loop() {
       // A thread last seen busy may be computing: its work is left to it
       // until it has been silent that long, so that it meets its results in
       // the same order on every run.
+      // And none once every device context has been closed (note_context()).
       std::unique_lock step_lock(step_mu_, std::try_to_lock);
-      if (step_lock && may_jump()) step(true);
+      const bool all_closed = opened_.load() && contexts_.load() <= 0;
+      if (step_lock && !all_closed && may_jump()) step(true);
     }
     lock.lock();
   }

@@ -71,6 +71,13 @@ class VirtualScheduler final : public Scheduler {
   void note_busy() override;
   void wait_readable(int fd) override;
 
+  // A device context was opened (true) or closed (false). Once the process has
+  // opened one, the watch thread takes no step while none is open: a program
+  // that has closed its devices waits for nothing of theirs, and a timer still
+  // pending then (a delayed packet) must not fire at a moment that depends on
+  // how long the program takes to exit.
+  void note_context(bool opened) noexcept;
+
   // Traffic with another process went out or came in (fabric/outside_link.hpp):
   // from now on the clock runs with real time and never jumps, so a peer that
   // answers in real time is never timed out early.
@@ -123,6 +130,8 @@ class VirtualScheduler final : public Scheduler {
   std::atomic<uint64_t> activity_{0};
   std::atomic<uint64_t> busy_activity_{0};  // posts and polls that found completions
   std::atomic<bool> stale_busy_{false};     // no busy activity for a long silence
+  std::atomic<int> contexts_{0};            // device contexts open (note_context())
+  std::atomic<bool> opened_{false};         // whether one ever was
   std::mutex pace_mu_;                      // note_outside(): once
   std::chrono::milliseconds silence_;
   std::mutex watch_mu_;

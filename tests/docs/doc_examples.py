@@ -231,6 +231,18 @@ TESTS = {
                 "the optional arguments, with a token duration")],
         expect=[r"BM_MsgRate64B/16", r"BM_ReadBw/1048576", r"BM_QpScale/1024/65536", r"BM_MrScale/10000/64",
                 r"BM_LossBw/1", r"udp_busypoll_rtt_8b_us"]),
+    # docs/simulation.md, "Virtual time": the retry-exhaustion program on the real
+    # clock, then on virtual time (0.54 s of timeouts in milliseconds).
+    "simulation_virtual_time": Test(
+        examples=[("docs/simulation.md", "SOFTVERBS_DEVICES=2 build/tests/faults/virtual_retry")],
+        expect=[r"(?s)status transport retry counter exceeded.*virtual elapsed [\d.]+ s, wall time \d+\.\d+ ms"
+                r".*virtual elapsed 0\.536871 s, wall time \d{1,3}\.\d+ ms, emu0-tx drops 8"]),
+    # docs/simulation.md, "Determinism": two runs of the fault workload with one seed
+    # write the same trace, a third with another seed another one.
+    "simulation_determinism": Test(
+        examples=[("docs/simulation.md",
+                   "export SOFTVERBS_CLOCK=virtual SOFTVERBS_DEVICES=emu0@127.0.204.10,emu1@127.0.204.11")],
+        expect=[r"seed 7: the same trace twice", r"seed 8: another run"]),
     # docs/simulation.md, "The summary": a trace of the example program (an RDMA
     # WRITE, then one that every loss fails), its summary and its timers.
     "simulation_trace": Test(
@@ -249,6 +261,10 @@ TESTS = {
 }
 
 NOT_RUN = {
+    ("docs/simulation.md", "ctest -L virtual"):
+        "labels of the suite this test is part of, which ctest runs as such",
+    ("docs/simulation.md", "ctest -L faults"):
+        "labels of the suite this test is part of, which ctest runs as such",
     ("docs/testing.md", "ctest -L LABEL"):
         "a placeholder for any label of the suite this test is part of",
     ("docs/testing.md", "cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \\"):

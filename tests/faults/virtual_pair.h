@@ -48,7 +48,8 @@ static void open_side(struct ibv_device* dev, struct side* s) {
   /* Registered at a fixed I/O virtual address, so that the addresses RDMA
    * operations carry (the RETH) are the same on every run. */
   s->mr = ibv_reg_mr_iova(s->pd, s->buf, kBufSize, kIova,
-                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                              IBV_ACCESS_REMOTE_ATOMIC);
   CHECK(s->mr);
   memset(&qa, 0, sizeof qa);
   qa.send_cq = s->cq;
@@ -70,7 +71,7 @@ static void connect_side(struct side* s, const struct side* peer, uint8_t timeou
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
   CHECK(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0);
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
@@ -107,9 +108,6 @@ static uint64_t device_ns(struct ibv_context* ctx) {
   CHECK(ibv_query_rt_values_ex(ctx, &v) == 0);
   return (uint64_t)v.raw_clock.tv_sec * 1000000000ull + (uint64_t)v.raw_clock.tv_nsec;
 }
-
-
-
 static void close_side(struct side* s) {
   CHECK(ibv_destroy_qp(s->qp) == 0);
   CHECK(ibv_dereg_mr(s->mr) == 0);

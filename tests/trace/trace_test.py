@@ -8,7 +8,11 @@ layer drops once) with SOFTVERBS_TRACE and SOFTVERBS_PCAP set, then checks one p
            packet, the ACK timeout, the retransmission, the ACK and its completion;
   summary  `softverbs trace FILE` counts what the exchange did, per QP;
   filter   `softverbs trace` --qp/--device/--kind/--from/--to, --records and -o;
-  shared   a trace file another process holds is left to it: the exchange writes FILE.PID.
+  shared   a trace file another process holds is left to it: the exchange writes FILE.PID;
+  faults   the same schema on a longer workload under seeded faults on virtual time
+           (tests/faults/virtual_replay.c: RC WRITE, READ, SEND, atomics, RNR waits and UD
+           SENDs under drops, duplicates, reordering and delays), and the summary and
+           filters of `softverbs trace` agree with its records.
 """
 import argparse
 import fcntl
@@ -46,51 +50,139 @@ def load(trace):
     return doc["traceEvents"]
 
 
-# The arguments every record of a kind has (besides "dev").
+# The documented schema (docs/simulation.md, "What is recorded"): the arguments
+# every record of a name has besides "dev", with their types, and the optional
+# ones. int: a JSON integer; str: a string.
+WR_POST = {"wr": int, "wr_id": int, "opcode": str, "len": int}
+WC = {"qpn": int, "wr": int, "wr_id": int, "status": str, "opcode": str, "byte_len": int}
+VERB_NUM = {"create_qp": "qpn", "destroy_qp": "qpn", "create_srq": "srqn", "destroy_srq": "srqn",
+            "create_cq": "num", "destroy_cq": "num", "reg_mr": "num", "dereg_mr": "num", "alloc_pd": "num",
+            "dealloc_pd": "num", "create_ah": "num", "destroy_ah": "num"}
 REQUIRED = {
-    "post_send": {"qpn", "wr", "wr_id", "opcode", "len"},
-    "post_recv": {"qpn", "wr", "wr_id", "opcode", "len"},
-    "post_srq_recv": {"srqn", "wr", "wr_id", "opcode", "len"},
-    "wr_start": {"qpn", "wr", "first_psn", "last_psn", "dqpn"},
-    "completion": {"qpn", "wr", "wr_id", "status", "opcode", "byte_len"},
-    "retired": {"qpn", "wr", "wr_id", "status", "opcode", "byte_len"},
-    "modify_qp": {"qpn", "from", "to"},
+    "post_send": dict(WR_POST, qpn=int),
+    "post_recv": dict(WR_POST, qpn=int),
+    "post_srq_recv": dict(WR_POST, srqn=int),
+    "wr_start": {"qpn": int, "wr": int, "first_psn": int, "last_psn": int, "dqpn": int},
+    "completion": WC,
+    "retired": WC,
+    "modify_qp": {"qpn": int, "from": str, "to": str},
 }
+REQUIRED.update({verb: {key: int} for verb, key in VERB_NUM.items()})
+OPTIONAL = {"completion": {"fault": str}, "retired": {"fault": str}, "modify_qp": {"dqpn": int}}
 BY_CAT = {
-    "packet": {"dir", "dqpn", "psn", "opcode", "len", "fault"},
-    "timer": {"timer", "what"},
-    "event": {"kind"},
+    "packet": ({"dir": str, "dqpn": int, "psn": int, "opcode": str, "len": int, "fault": str},
+               {"qpn": int, "frame": int}),
+    "timer": ({"timer": str, "what": str}, {"qpn": int, "in_ns": int}),
+    "event": ({"kind": str}, {"qpn": int, "status": int}),
 }
+CAT_OF = dict({n: "wr" for n in ("post_send", "post_recv", "post_srq_recv", "wr_start", "completion", "retired")},
+              modify_qp="verb", **{verb: "verb" for verb in VERB_NUM})
+TIMERS = ("ack_timeout", "rnr_wait", "cm_retry", "cm_timewait")
+QP_STATES = ("RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR")
+SRQ_TRACK = 1 << 24
+
+
+def typed(value, kind):
+    # bool is an int to Python: a JSON true is not a number here.
+    return isinstance(value, kind) and not isinstance(value, bool)
 
 
 def schema(events):
+    """Every record against the documented schema; returns the traced posts' ids and the completed ones."""
     check(len(events) > 20, "the trace holds the exchange (%d records)" % len(events))
     last = 0
+    names = {}        # pid -> device name (process_name)
+    tracks = set()    # (pid, tid) named by thread_name
+    flows = {}        # (cat, id) -> list of phases in order
     for i, e in enumerate(events):
         where = "record %d %s" % (i, json.dumps(e))
         for key, kind in (("name", str), ("cat", str), ("ph", str), ("pid", int), ("tid", int)):
-            check(isinstance(e.get(key), kind), where + ": " + key)
-        check(isinstance(e.get("ts"), (int, float)) and e["ts"] >= last, where + ": ts missing or going back")
+            check(typed(e.get(key), kind), where + ": " + key)
+        check(typed(e.get("ts"), (int, float)) and e["ts"] >= last, where + ": ts missing or going back")
         last = e.get("ts", last)
         check(e.get("pid", 0) >= 1, where + ": pid")
-        ph = e.get("ph")
+        ph, pid, tid = e.get("ph"), e.get("pid"), e.get("tid")
         check(ph in ("i", "M", "s", "f", "b", "e"), where + ": ph")
+        if ph == "M":
+            check(e.get("cat") == "__metadata" and e.get("name") in ("process_name", "thread_name"),
+                  where + ": track name record")
+            value = e.get("args", {}).get("name")
+            check(isinstance(value, str), where + ": args.name")
+            if e.get("name") == "process_name":
+                check(pid not in names and pid == len(names) + 1, where + ": devices numbered in order")
+                names[pid] = value
+            else:
+                check((pid, tid) not in tracks, where + ": a track named twice")
+                tracks.add((pid, tid))
+                want = "device" if tid == 0 else ("SRQ %d" % (tid - SRQ_TRACK) if tid >= SRQ_TRACK else "QP %d" % tid)
+                check(value == want, where + ": track name " + want)
+            continue
+        check(pid in names and (pid, tid) in tracks, where + ": on a named track")
         if ph in ("s", "f", "b", "e"):
-            check(isinstance(e.get("id"), int), where + ": flow id")
+            check(e.get("name") == "wr" and e.get("cat") == ("wr" if ph in "sf" else "wr_life"), where + ": link cat")
+            check(typed(e.get("id"), int) and e.get("id", 0) > 0, where + ": flow id")
             check(ph != "f" or e.get("bp") == "e", where + ": flow end binds to its enclosing slice")
+            check("args" not in e, where + ": a link carries no arguments")
+            flows.setdefault((e.get("cat"), e.get("id")), []).append((ph, e.get("ts"), pid, tid))
             continue
         args = e.get("args")
         check(isinstance(args, dict), where + ": args")
-        if ph == "M" or not isinstance(args, dict):
+        if not isinstance(args, dict):
             continue
         check(e.get("s") == "t", where + ": thread-scoped instant")
-        check(isinstance(args.get("dev"), str), where + ": dev")
-        need = REQUIRED.get(e["name"], BY_CAT.get(e["cat"], set()))
-        check(need <= set(args), where + ": missing " + str(sorted(need - set(args))))
-        if e["cat"] == "packet":
-            check(args.get("dir") in ("tx", "rx"), where + ": dir")
-        if e["cat"] == "timer":
-            check(args.get("what") in ("armed", "fired", "cancelled"), where + ": what")
+        check(args.get("dev") == names.get(pid), where + ": dev is the track's device")
+        name, cat = e.get("name"), e.get("cat")
+        if name in REQUIRED:
+            check(cat == CAT_OF[name], where + ": category of " + name)
+            need, may = REQUIRED[name], OPTIONAL.get(name, {})
+        elif cat in BY_CAT:
+            need, may = BY_CAT[cat]
+        else:
+            check(False, where + ": an undocumented record")
+            continue
+        for key, kind in list(need.items()) + list(may.items()):
+            if key in need or key in args:
+                check(typed(args.get(key), kind), where + ": %s is a %s" % (key, kind.__name__))
+        extra = set(args) - set(need) - set(may) - {"dev"}
+        check(not extra, where + ": undocumented arguments " + str(sorted(extra)))
+        qpn = args.get("qpn")
+        if qpn is not None:
+            check(tid == qpn, where + ": on its QP's track")
+        elif "srqn" in args:
+            check(tid == SRQ_TRACK + args["srqn"], where + ": on its SRQ's track")
+        elif cat != "verb" or name in VERB_NUM and VERB_NUM[name] == "num":
+            check(tid == 0, where + ": on the device's track")
+        if cat == "packet":
+            check(args.get("dir") in ("tx", "rx") and name == args.get("opcode"), where + ": dir, name")
+            check(args.get("frame", 1) > 0, where + ": frame numbers start at 1")
+        elif cat == "timer":
+            check(args.get("timer") in TIMERS and args.get("what") in ("armed", "fired", "cancelled"),
+                  where + ": timer, what")
+            check(name == "%s %s" % (args.get("timer"), args.get("what")), where + ": name is timer and what")
+            check(("in_ns" in args) == (args.get("what") == "armed"), where + ": in_ns when armed")
+        elif cat == "event":
+            check(args.get("kind") in ("async", "cm"), where + ": kind")
+            check(name.startswith("IBV_EVENT_" if args.get("kind") == "async" else "RDMA_CM_EVENT_"),
+                  where + ": event name")
+        elif name == "modify_qp":
+            check(args.get("from") in QP_STATES and args.get("to") in QP_STATES, where + ": states")
+        elif name == "completion":
+            check(args.get("status", "").startswith("IBV_WC_"), where + ": status")
+    # A traced post opens a flow ("s") and a lifetime ("b"), which its
+    # completion closes ("f", "e"), once; a receive still posted at the end has
+    # neither end.
+    posts = {e["args"]["wr"] for e in events if e.get("ph") == "i" and e["name"].startswith("post_")}
+    done = [e["args"]["wr"] for e in events if e.get("ph") == "i" and e["name"] in ("completion", "retired")
+            and e["args"]["wr"]]
+    check(len(done) == len(set(done)), "a work request completes once")
+    check(set(done) <= posts, "every completion's wr was posted")
+    for wr in posts:
+        want = ["s", "f"] if wr in done else ["s"]
+        check([m[0] for m in flows.get(("wr", wr), [])] == want, "wr %d: flow %s" % (wr, want))
+        check([m[0] for m in flows.get(("wr_life", wr), [])] == [{"s": "b", "f": "e"}[p] for p in want],
+              "wr %d: lifetime" % wr)
+    check(len(flows) == 2 * len(posts), "no flow without its post")
+    return posts, set(done)
 
 
 def links(events):
@@ -210,6 +302,79 @@ def filters(tool, trace, events, directory):
     check(bad.returncode == 2, "an unknown kind is a usage error")
 
 
+def record_faults(directory, replay):
+    trace = os.path.join(directory, "faults.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SOFTVERBS_")}
+    env.update(SOFTVERBS_DEVICES="emu0,emu1", SOFTVERBS_CLOCK="virtual", SOFTVERBS_FAULT_SEED="11",
+               SOFTVERBS_TRACE=trace)
+    run = subprocess.run([replay, "42"], env=env, capture_output=True, text=True, timeout=50)
+    if run.returncode != 0:
+        sys.exit("virtual_replay failed:\n" + run.stdout + run.stderr)
+    return trace
+
+
+def faults(tool, replay, directory):
+    trace = record_faults(directory, replay)
+    events = load(trace)
+    posts, done = schema(events)
+    instants = [e for e in events if e["ph"] == "i"]
+    packets = [e for e in instants if e["cat"] == "packet"]
+    opcodes = {e["name"] for e in packets}
+    for op in ("RC_RDMA_WRITE_FIRST", "RC_RDMA_READ_REQUEST", "RC_RDMA_READ_RESPONSE_LAST", "RC_SEND_ONLY",
+               "RC_COMPARE_SWAP", "RC_FETCH_ADD", "RC_ATOMIC_ACKNOWLEDGE", "RC_ACKNOWLEDGE", "UD_SEND_ONLY"):
+        check(op in opcodes, "a packet " + op)
+    actions = {e["args"]["fault"] for e in packets}
+    check({"none", "drop", "duplicate", "reorder", "delay"} <= actions, "every fault action: %s" % sorted(actions))
+    timers = [e for e in instants if e["cat"] == "timer"]
+    check(any(e["name"] == "rnr_wait armed" for e in timers), "RNR waits")
+    wc = {e["args"]["opcode"] for e in instants if e["name"] == "completion"}
+    check({"RDMA_WRITE", "RDMA_READ", "SEND", "COMP_SWAP", "FETCH_ADD", "RECV"} <= wc, "completions: %s" % wc)
+    check(len(posts - done) == 8, "only the UD receives still posted at the end lack a completion")
+
+    # The summary agrees with the records, QP by QP.
+    run = softverbs(tool, trace)
+    check(run.returncode == 0, "softverbs trace exits 0: " + run.stderr)
+    out = run.stdout
+    qps = sorted({(e["args"]["dev"], e["args"]["qpn"]) for e in instants if e["name"] == "post_send"})
+    check(len(qps) == 2, "posts on emu0's RC and UD QPs: %s" % qps)
+    for dev, qpn in qps:
+        section = out.split("%s QP %d:\n" % (dev, qpn))
+        check(len(section) == 2, "a section for %s QP %d" % (dev, qpn))
+        if len(section) != 2:
+            continue
+        body = section[1].split("\n" + "e")[0]
+        mine = [e for e in instants if e["args"]["dev"] == dev and e["args"].get("qpn") == qpn]
+        by_op = {}
+        for e in mine:
+            if e["name"] == "post_send":
+                by_op[e["args"]["opcode"]] = by_op.get(e["args"]["opcode"], 0) + 1
+        check("  posted: %s\n" % ", ".join("%s %d" % kv for kv in sorted(by_op.items())) in body,
+              "%s QP %d: posts by opcode %s" % (dev, qpn, by_op))
+        sent = sum(1 for e in mine if e["cat"] == "packet" and e["args"]["dir"] == "tx")
+        got = sum(1 for e in mine if e["cat"] == "packet" and e["args"]["dir"] == "rx")
+        if sent or got:  # a UD QP's datagrams name no QP of the sender: they go on the device's track
+            check("  packets: sent %d, received %d," % (sent, got) in body, "%s QP %d: packet counts" % (dev, qpn))
+        ok = sum(1 for e in mine if e["name"] == "completion" and e["args"]["status"] == "IBV_WC_SUCCESS")
+        check("  completions: IBV_WC_SUCCESS %d\n" % ok in body, "%s QP %d: completions" % (dev, qpn))
+        rnr = sum(1 for e in mine if e["name"] == "rnr_wait armed")
+        if rnr:
+            check(re.search(r"rnr waits: %d\n" % rnr, body), "%s QP %d: RNR waits" % (dev, qpn))
+
+    # Filters: one kind, one QP, and their records one per line.
+    run = softverbs(tool, "--kind", "timer", "--records", trace)
+    lines = run.stdout.splitlines()
+    check(len(lines) == len(timers) and all("  timer  " in l for l in lines), "the timer records, one per line")
+    # The UD QP of emu1: the datagrams it received are on its track.
+    ud = {e["args"]["qpn"] for e in packets if e["name"] == "UD_SEND_ONLY" and e["args"]["dir"] == "rx"}
+    check(len(ud) == 1, "the datagrams are received on one QP: %s" % ud)
+    if len(ud) == 1:
+        qpn = ud.pop()
+        run = softverbs(tool, "--device", "emu1", "--qp", str(qpn), "--kind", "packet", "--records", trace)
+        lines = run.stdout.splitlines()
+        want = sum(1 for e in packets if e["args"]["dev"] == "emu1" and e["args"].get("qpn") == qpn)
+        check(want and len(lines) == want and all(" UD_SEND_ONLY " in l for l in lines), "the UD QP's packets")
+
+
 def shared(directory, exchange):
     held = os.path.join(directory, "held.json")
     with open(held, "w") as f:
@@ -227,13 +392,17 @@ def shared(directory, exchange):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("part", choices=("schema", "summary", "filter", "shared"))
+    ap.add_argument("part", choices=("schema", "summary", "filter", "shared", "faults"))
     ap.add_argument("--exchange", required=True)
+    ap.add_argument("--replay", help="tests/faults' virtual_replay program (part faults)")
     ap.add_argument("--softverbs", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        if a.part == "shared":
-            shared(d, a.exchange)
+        if a.part in ("shared", "faults"):
+            if a.part == "shared":
+                shared(d, a.exchange)
+            else:
+                faults(a.softverbs, a.replay, d)
             if FAILURES:
                 sys.exit("%d check(s) failed" % len(FAILURES))
             print("ok")
@@ -241,7 +410,8 @@ def main():
         trace = record(d, a.exchange)
         events = load(trace)
         if a.part == "schema":
-            schema(events)
+            posts, done = schema(events)
+            check(posts == done, "every work request of the exchange completed")
             links(events)
         elif a.part == "summary":
             summary(a.softverbs, trace, events)

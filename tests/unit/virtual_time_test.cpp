@@ -196,5 +196,26 @@ TEST(VirtualTime, ABusyThreadThatWaitsElsewhereStopsHoldingTheClock) {
   EXPECT_TRUE(fired);
 }
 
+// Once every device context is closed, the watch thread takes no step: a
+// delayed packet still pending at the program's exit stays pending, whatever
+// the exit's real duration. It steps again once a context is open.
+TEST(VirtualTime, NoWatchStepsOnceEveryContextIsClosed) {
+  VirtualScheduler s(milliseconds(1));
+  s.idle_poll();  // this thread: idle, and up to date with the work run so far
+  s.note_context(true);
+  s.note_context(false);
+  std::atomic<bool> fired{false};
+  s.after(milliseconds(3), [&] { fired = true; });
+  // Fifty silences of the watch thread: none of them moves the clock.
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(fired);
+  EXPECT_EQ(s.clock().elapsed_ns(), 0);
+  s.note_context(true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fired && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_TRUE(fired);
+  s.note_context(false);
+}
+
 }  // namespace
 }  // namespace softverbs::fabric
