@@ -115,7 +115,9 @@ int main(int argc, char** argv) {
   const bool ok = done == expected && failed == 0;
   std::printf("nodes %zu, RC QPs %zu, messages %" PRIu64 " of %u bytes: %s\n", n, n * (n - 1),
               static_cast<uint64_t>(n * (n - 1) * rounds), bytes,
-              ok ? "all completed" : done == expected ? "some failed" : "not all completed");
+              ok                 ? "all completed"
+              : done == expected ? "some failed"
+                                 : "not all completed");
   std::printf("virtual time %" PRIu64 " ns, topology drops: loss %" PRIu64 ", mtu %" PRIu64 ", retransmits %" PRIu64
               ", timeouts %" PRIu64 "\n",
               v1 - v0, loss, mtu, retransmits, timeouts);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace softverbs::fabric {
@@ -127,7 +128,8 @@ TEST(SimFabric, LossIsSeededPerLink) {
     SimFabric f(parse_ok("seed = " + std::to_string(seed) + "\nnodes = 3\n[default]\nloss = 0.3\n"));
     std::string s;
     Clock::time_point at;
-    for (int i = 0; i < 200; ++i) s += f.cross(from, to, 100, 50, Clock::time_point{}, &at) == LinkVerdict::kLost ? 'x' : '.';
+    for (int i = 0; i < 200; ++i)
+      s += f.cross(from, to, 100, 50, Clock::time_point{}, &at) == LinkVerdict::kLost ? 'x' : '.';
     return s;
   };
   const std::string a = pattern(5, 0, 1);
