@@ -64,6 +64,10 @@ constexpr std::array kTable = {
     Variable{Var::kPersonality, "SOFTVERBS_PERSONALITY",
              "the vendor personality of the emulated devices: a NAME (connectx, rxe) or a file path",
              "connectx (built-in values, no file read)", kLibrary, false},
+    Variable{Var::kTopology, "SOFTVERBS_TOPOLOGY",
+             "simulated fabric between the devices of the process: a TOML file of nodes and links (latency, "
+             "bandwidth, loss, MTU)",
+             "unset: devices of the process reach each other at once, without loss", kLibrary, false},
 };
 
 // kTable is indexed by Var.

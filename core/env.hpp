@@ -38,6 +38,7 @@ enum class Var {
   kPostBeforeRts,
   kClock,
   kPersonality,
+  kTopology,
 };
 
 struct Variable {
@@ -78,5 +79,6 @@ inline const char* vendor_part_id() noexcept { return raw(Var::kVendorPartId); }
 inline const char* post_before_rts() noexcept { return raw(Var::kPostBeforeRts); }
 inline const char* clock() noexcept { return raw(Var::kClock); }
 inline const char* personality() noexcept { return raw(Var::kPersonality); }
+inline const char* topology() noexcept { return raw(Var::kTopology); }
 
 }  // namespace softverbs::env

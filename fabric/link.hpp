@@ -2,8 +2,9 @@
 // them from, and the Receiver a link hands datagrams to.
 //
 // A device's link is a chain assembled once per device (emu/device/device.cpp):
-//   FaultyLink (packet faults) -> TapLink (counters, capture) -> LocalLink
-//   (devices of this process) -> HostLink (devices of other processes of this
+//   FaultyLink (packet faults) -> TapLink (counters, capture) -> [TopologyLink
+//   (the simulated fabric, with SOFTVERBS_TOPOLOGY)] -> LocalLink (devices of
+//   this process) -> HostLink (devices of other processes of this
 //   host, lossless) -> UdpLink (the socket on 127.x:4791).
 // Packets are UDP payloads (BTH..ICRC), always from and to UDP port 4791 on the
 // destination side. Sending may happen on any thread; receiving happens only in
@@ -34,6 +35,9 @@ struct LinkCounters {
   // Packets for a device of this host whose receiver stayed full past the
   // lossless path's wait (fabric/host_link.hpp).
   std::atomic<uint64_t> host_drops{0};
+  // Packets a link of the simulated fabric (fabric/topology_link.hpp) dropped:
+  // lost by its loss draw, or larger than its MTU.
+  std::atomic<uint64_t> topology_loss_drops{0}, topology_mtu_drops{0};
 };
 
 class Receiver {

@@ -149,9 +149,54 @@ std::optional<uint32_t> parse_vendor_part_id(std::string_view text) {
   return value;
 }
 
+namespace {
+
+// SOFTVERBS_TOPOLOGY: the file's nodes, as SOFTVERBS_DEVICES text when that is
+// unset (the names only: automatic addresses).
+bool read_topology(const char* path, std::optional<fabric::Topology>* out, std::string* devices_text,
+                   std::string* error) {
+  fabric::Topology t;
+  if (!fabric::load_topology(path, &t, error)) {
+    *error = "SOFTVERBS_TOPOLOGY: " + *error;
+    return false;
+  }
+  for (const std::string& n : t.nodes) *devices_text += (devices_text->empty() ? "" : ",") + n;
+  *out = std::move(t);
+  return true;
+}
+
+// The devices of SOFTVERBS_DEVICES are the topology's nodes, in any order.
+bool devices_match(const Config& c, const fabric::Topology& t, std::string* error) {
+  std::set<std::string> devs, nodes(t.nodes.begin(), t.nodes.end());
+  for (const DeviceConfig& d : c.devices) devs.insert(d.name);
+  if (devs == nodes && c.devices.size() == t.nodes.size()) return true;
+  std::string missing, extra;
+  for (const std::string& n : nodes)
+    if (!devs.count(n)) missing += (missing.empty() ? "" : ", ") + n;
+  for (const std::string& d : devs)
+    if (!nodes.count(d)) extra += (extra.empty() ? "" : ", ") + d;
+  *error = "SOFTVERBS_TOPOLOGY: its nodes are not the devices of SOFTVERBS_DEVICES";
+  if (!missing.empty()) *error += "; nodes without a device: " + missing;
+  if (!extra.empty()) *error += "; devices that are not nodes: " + extra;
+  return false;
+}
+
+}  // namespace
+
 std::optional<Config> config_from_env(std::string* error) {
-  std::optional<Config> config = parse_config(env::devices(), env::link_layer(), env::mtu(), error);
+  std::optional<fabric::Topology> topology;
+  std::string topology_devices;
+  if (const char* path = env::topology(); path && *path) {
+    if (!read_topology(path, &topology, &topology_devices, error)) return std::nullopt;
+  }
+  const char* devices = env::devices();
+  if (topology && !devices) devices = topology_devices.c_str();
+  std::optional<Config> config = parse_config(devices, env::link_layer(), env::mtu(), error);
   if (!config) return config;
+  if (topology) {
+    if (!devices_match(*config, *topology, error)) return std::nullopt;
+    config->topology = std::move(topology);
+  }
   // SOFTVERBS_PERSONALITY: read before any device exists, so every device and
   // object sees one personality for the life of the process. A bad one lists no
   // devices, as a bad SOFTVERBS_DEVICES does: running as ConnectX when rxe was

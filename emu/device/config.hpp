@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "emu/device/caps.hpp"
+#include "fabric/topology.hpp"
 
 namespace softverbs::emu {
 
@@ -26,6 +27,8 @@ struct DeviceConfig {
 
 struct Config {
   std::vector<DeviceConfig> devices;
+  // SOFTVERBS_TOPOLOGY's simulated fabric between the devices, when set.
+  std::optional<fabric::Topology> topology;
 };
 
 // Parses SOFTVERBS_DEVICES / SOFTVERBS_LINK_LAYER / SOFTVERBS_MTU. The grammar:
@@ -40,7 +43,8 @@ std::optional<Config> parse_config(const char* devices, const char* link_layer, 
 std::optional<uint32_t> parse_vendor_part_id(std::string_view text);
 
 // parse_config() applied to the process environment, with SOFTVERBS_VENDOR_PART_ID
-// given to every device.
+// given to every device and SOFTVERBS_TOPOLOGY's fabric read (its nodes are the
+// devices when SOFTVERBS_DEVICES is unset, and must be its names when it is set).
 std::optional<Config> config_from_env(std::string* error);
 
 std::optional<ibv_mtu> parse_mtu(std::string_view text);

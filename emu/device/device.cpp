@@ -29,6 +29,7 @@
 #include "fabric/scheduler.hpp"
 #include "fabric/virtual_time.hpp"
 #include "fabric/tap_link.hpp"
+#include "fabric/topology_link.hpp"
 #include "fabric/udp_link.hpp"
 #include "faults/process.hpp"
 #include "wire/pcap.hpp"
@@ -300,11 +301,12 @@ void log_counters_at_exit() {
     const Device::Counters& c = d->counters();
     SV_LOG(kInfo,
            "device %s: tx %lu rx %lu icrc_err %lu malformed %lu unknown_qp %lu dropped %lu retransmits %lu "
-           "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu host_drops %lu",
+           "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu host_drops %lu "
+           "topology_loss %lu topology_mtu %lu",
            d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(), c.rx_malformed.load(),
            c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(), c.timeouts.load(), c.naks_sent.load(),
            c.naks_received.load(), c.rnr_naks_sent.load(), c.rnr_naks_received.load(), c.duplicates.load(),
-           c.host_drops.load());
+           c.host_drops.load(), c.topology_loss_drops.load(), c.topology_mtu_drops.load());
   }
 }
 
@@ -364,6 +366,8 @@ const std::vector<Device*>& DeviceRegistry::devices() {
     std::vector<Placed> placed =
         place_devices(*config, static_cast<uint32_t>(::getpid()), preferred, bind_roce_endpoint, &errors);
     for (const std::string& e : errors) SV_LOG(kError, "%s", e.c_str());
+    // The simulated fabric's links join the devices' chains (connect()).
+    if (config->topology) sim_fabric_ = std::make_unique<fabric::SimFabric>(std::move(*config->topology));
     int index = 0;
     for (const Placed& p : placed) {
       const DeviceConfig& dc = p.config;
@@ -410,7 +414,18 @@ void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler&
     beyond = outside.get();
   }
   auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), dev.scheduler(), beyond);
-  auto tap = std::make_unique<fabric::TapLink>(*local, dev.addr(), dev.counters(), dev.clock(),
+  // With SOFTVERBS_TOPOLOGY, packets to the other nodes cross its links
+  // (fabric/topology_link.hpp), below the fault layer and the tap.
+  std::unique_ptr<fabric::TopologyLink> topo;
+  fabric::Link* below_tap = local.get();
+  if (sim_fabric_) {
+    // Every device is a node: config_from_env() checked the names.
+    const size_t node = *sim_fabric_->topology().index_of(dev.name());
+    sim_fabric_->add_node(node, dev.addr());
+    topo = std::make_unique<fabric::TopologyLink>(*local, *sim_fabric_, node, dev.scheduler(), dev.counters());
+    below_tap = topo.get();
+  }
+  auto tap = std::make_unique<fabric::TapLink>(*below_tap, dev.addr(), dev.counters(), dev.clock(),
                                                wire::PcapWriter::instance(), &hub_);
   auto faulty = std::make_unique<fabric::FaultyLink>(*tap, dev.packet_filter(), dev.scheduler(),
                                                      dev.counters(), dev.name());
@@ -419,6 +434,7 @@ void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler&
   links_.push_back(std::move(host));
   if (outside) links_.push_back(std::move(outside));
   links_.push_back(std::move(local));
+  if (topo) links_.push_back(std::move(topo));
   links_.push_back(std::move(tap));
   links_.push_back(std::move(faulty));
 }

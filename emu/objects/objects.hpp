@@ -320,6 +320,8 @@ class DeviceRegistry {
 
   std::once_flag once_;
   fabric::LocalHub hub_;
+  // SOFTVERBS_TOPOLOGY's fabric between the devices, if set (as long as the links).
+  std::unique_ptr<fabric::SimFabric> sim_fabric_;
   std::vector<std::unique_ptr<fabric::Link>> links_;  // the devices' link chains, as long as the devices
   std::vector<std::unique_ptr<Device>> owned_;
   std::vector<Device*> devices_;

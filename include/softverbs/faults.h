@@ -69,6 +69,8 @@ struct softverbs_counters {
   uint64_t rnr_retry_exceeded;  /* ... with IBV_WC_RNR_RETRY_EXC_ERR */
   uint64_t sends_completed;     /* send work requests completed successfully, signaled or not */
   uint64_t recvs_completed;     /* receive work requests completed successfully */
+  uint64_t topology_loss_drops; /* packets sent that a link of the simulated fabric lost (SOFTVERBS_TOPOLOGY) */
+  uint64_t topology_mtu_drops;  /* ... that were larger than its MTU */
 };
 
 /* Fills *out (at most size bytes) for the emulated device of that name.

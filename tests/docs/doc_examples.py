@@ -249,6 +249,15 @@ TESTS = {
         examples=[("docs/simulation.md", "SOFTVERBS_TRACE=trace.json build/tests/package/package_example_test")],
         expect=[r"completions: IBV_WC_RETRY_EXC_ERR 1", r"faults: drop \d+", r"timeouts: [1-9]",
                 r"latency post->completion \(us\): n 1, p50 [\d.]+", r"timer  ack_timeout fired"]),
+    # docs/simulation.md, "A simulated fabric": the all-to-all program over the
+    # page's 16-node topology file, on virtual time.
+    "simulation_topology": Test(
+        examples=[("docs/simulation.md", "SOFTVERBS_TOPOLOGY=fabric.toml SOFTVERBS_CLOCK=virtual "
+                   "build/tests/topology/topology_alltoall 4096 4")],
+        files={"fabric.toml": ("docs/simulation.md", "# fabric.toml: 16 nodes, 2 us / 100 Gb/s links, one slow "
+                               "and lossy pair")},
+        expect=[r"nodes 16, RC QPs 240, messages 960 of 4096 bytes: all completed",
+                r"virtual time \d+ ns, topology drops: loss [1-9]\d*, mtu 0"]),
     # docs/wire.md, "Reading a capture": tshark on a capture of an ibv_rc_pingpong pair.
     "wire_tshark": Test(
         examples=[("docs/wire.md", "tshark --disable-heuristic rpcrdma_infiniband -r FILE -V")],
