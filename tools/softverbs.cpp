@@ -71,11 +71,13 @@ struct RunOptions {
   std::vector<std::string> command;
 };
 
-// The devices `spec` (or SOFTVERBS_DEVICES) gives, with the environment's link
-// layer and MTU, as the library parses them.
+// The devices `spec` gives, with the environment's link layer and MTU, as the
+// library parses them; without `spec`, the environment's devices as the library
+// reads them (SOFTVERBS_DEVICES, or SOFTVERBS_TOPOLOGY's nodes).
 std::optional<softverbs::emu::Config> config_of(const std::string& spec, std::string* error) {
   using namespace softverbs;
-  return emu::parse_config(spec.empty() ? env::devices() : spec.c_str(), env::link_layer(), env::mtu(), error);
+  if (spec.empty()) return emu::config_from_env(error);
+  return emu::parse_config(spec.c_str(), env::link_layer(), env::mtu(), error);
 }
 
 // Gives the program about to be exec'd (this process) a /sys/class that
@@ -153,7 +155,7 @@ int devices(const std::string& spec) {
   using namespace softverbs;
   std::string error;
   const char* text = spec.empty() ? env::devices() : spec.c_str();
-  auto config = emu::parse_config(text, env::link_layer(), env::mtu(), &error);
+  auto config = config_of(spec, &error);
   if (!config) return fail(error);
   std::vector<in_addr> bound = tools::roce_ports_bound(proc_net_udp());
   auto taken = [&](in_addr a) {
@@ -163,6 +165,8 @@ int devices(const std::string& spec) {
   };
   if (text && *text)
     std::cout << "SOFTVERBS_DEVICES=" << text << (spec.empty() ? " (environment)" : " (--devices)");
+  else if (config->topology)
+    std::cout << "SOFTVERBS_TOPOLOGY=" << env::topology() << " (environment: its nodes)";
   else
     std::cout << "SOFTVERBS_DEVICES unset or empty (means 1)";
   std::cout << ": " << config->devices.size() << " device" << (config->devices.size() == 1 ? "" : "s") << "\n";

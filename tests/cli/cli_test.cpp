@@ -177,6 +177,19 @@ TEST(Cli, DevicesFromOptionAndEnvironment) {
   EXPECT_NE(d.out.find("SOFTVERBS_DEVICES unset or empty (means 1): 1 device\n  emu0:"), std::string::npos) << d.out;
 }
 
+// Without SOFTVERBS_DEVICES, a topology's nodes are the devices, for the command
+// as for the library; with both, the library's check applies.
+TEST(Cli, DevicesFromATopology) {
+  ProcessResult r = cli({"devices"}, clean_env().set("SOFTVERBS_TOPOLOGY", SV_TOPOLOGY_PAIRS));
+  EXPECT_TRUE(r.exited_with(0)) << r.describe();
+  EXPECT_NE(r.out.find(std::string("SOFTVERBS_TOPOLOGY=") + SV_TOPOLOGY_PAIRS + " (environment: its nodes): 8 devices\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  mtu_b: Ethernet (RoCEv2)"), std::string::npos) << r.out;
+  ProcessResult bad = cli({"devices"}, clean_env().set("SOFTVERBS_TOPOLOGY", SV_TOPOLOGY_PAIRS).set("SOFTVERBS_DEVICES", "2"));
+  EXPECT_TRUE(bad.exited_with(2)) << bad.describe();
+}
+
 TEST(Cli, DevicesShowsATakenAddress) {
   int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   ASSERT_GE(fd, 0);
