@@ -233,6 +233,16 @@ TESTS = {
         examples=[("docs/simulation.md", "SOFTVERBS_TRACE=trace.json build/tests/package/package_example_test")],
         expect=[r"completions: IBV_WC_RETRY_EXC_ERR 1", r"faults: drop \d+", r"timeouts: [1-9]",
                 r"latency post->completion \(us\): n 1, p50 [\d.]+", r"timer  ack_timeout fired"]),
+    # docs/simulation.md, "Vendor personalities": a personality seeded from a
+    # divergence report, then ibv_devinfo on it. This machine has no adapter to
+    # report on: the report is the checked-in one of an rxe device.
+    "simulation_seed_personality": Test(
+        examples=[("docs/simulation.md",
+                   "scripts/divergence.py personality build/divergence/hw.json --name mynic > mynic.toml")],
+        subst=[("build/divergence/hw.json", "tests/report/fixtures/hw_rxe.json",
+                "no RDMA adapter here: a report of rxe (tests/report/fixtures) stands for the adapter's")],
+        after=["grep -q '^name = \"mynic\"' mynic.toml", "grep -q '^bad_lkey = \"loc_qp_op_err\"' mynic.toml"],
+        expect=[r"vendor_id:\s+0xffffff", r"max_qp_wr:\s+1048576", r"max_msg_sz:\s+0x800000"]),
     # docs/wire.md, "Reading a capture": tshark on a capture of an ibv_rc_pingpong pair.
     "wire_tshark": Test(
         examples=[("docs/wire.md", "tshark --disable-heuristic rpcrdma_infiniband -r FILE -V")],
