@@ -582,7 +582,6 @@ DEVICE_INT_KEYS = ("vendor_id", "vendor_part_id", "hw_ver", "max_mr_size", "page
 # [port] keys and the range a personality accepts (a value outside is clamped, with a note).
 PORT_KEYS = (("max_mtu", None), ("gid_tbl_len", (4, 4096)), ("active_width", (1, 255)),
              ("active_speed", (1, 255)), ("max_msg_sz", (1, 1 << 31)), ("max_vl_num", (1, 15)))
-SRQ_RESIZE = 1 << 13  # IBV_DEVICE_SRQ_RESIZE
 MAX_DM_SIZE = 131072  # the device memory an emulated device holds (caps.hpp)
 # ibv_wc_status_str() texts to the words of the [completions] keys.
 STATUS_WORDS = {
@@ -645,10 +644,6 @@ def personality_tables(observed):
             continue
         if key == "vendor_id" and v > 0xffffff:
             v = 0xffffff
-        if key == "device_cap_flags" and v & SRQ_RESIZE:
-            put("device", key, "0x%x" % (v & ~SRQ_RESIZE), "observed 0x%x; SRQ_RESIZE cleared: emulated SRQs "
-                "cannot be resized" % v)
-            continue
         put("device", key, ('"0x%x"' % v) if v >= 1 << 63 else ("0x%x" % v if key == "device_cap_flags" else str(v)))
     if first_value(attrs.get("device.atomic_cap")) in ("none", "hca", "glob"):
         put("device", "atomic_cap", toml_string(first_value(attrs["device.atomic_cap"])))
@@ -692,6 +687,8 @@ def personality_tables(observed):
            if "recv.IBV_WC_GRH" in obs and re.search(r"(Rc|Uc)$", test)]
     if grh:
         put("completions", "grh_on_connected", "true" if "set" in grh else "false")
+    if "ibv_modify_srq.max_wr" in merged:
+        put("queues", "srq_resize", "true" if merged["ibv_modify_srq.max_wr"] == "0" else "false")
     if "ibv_post_recv.RESET" in merged:
         put("post", "before_rts", '"refuse"' if merged["ibv_post_recv.RESET"] != "0" else '"queue"')
     if "ibv_reg_mr.on_demand" in merged and "device_ex" not in tables:

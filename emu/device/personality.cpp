@@ -133,6 +133,7 @@ const ChoiceKey kChoiceKeys[] = {
 };
 
 const BoolKey kBoolKeys[] = {
+    {"queues", "srq_resize", &Personality::srq_resize},
     {"device_ex", "odp", &Personality::odp},
     {"device_ex", "completion_timestamps", &Personality::completion_timestamps},
     {"completions", "grh_on_connected", &Personality::grh_on_connected},
@@ -352,6 +353,7 @@ Personality builtin_personality() {
   p.max_msg_sz = caps::kMaxMsgSz;
   p.max_vl_num = caps::kMaxVlNum;
   p.queue_sizes_as_requested = false;
+  p.srq_resize = false;
   // The [completions], [events], [post] and [mr] defaults of the struct are
   // the IBTA's and ConnectX's.
   return p;

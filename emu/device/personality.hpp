@@ -112,6 +112,9 @@ struct Personality {
   // work requests (rxe_like_depth) but reports the depth asked for, so posting
   // past the reported depth succeeds and ibv_query_qp/ibv_query_srq report more.
   bool queue_sizes_as_requested = false;
+  // ibv_modify_srq with IBV_SRQ_MAX_WR resizes the SRQ (rxe) or is EINVAL
+  // (ConnectX). device_cap_flags should then carry IBV_DEVICE_SRQ_RESIZE.
+  bool srq_resize = false;
 };
 
 // The depth of an rxe queue asked to hold `wanted` work requests: the smallest

@@ -219,11 +219,9 @@ TEST_F(Connectx, CapabilitiesPortAndExtendedAttributes) {
 }
 
 TEST_F(Rxe, CapabilitiesPortAndExtendedAttributes) {
-  // rxe's flags (UD_AV_PORT_ENFORCE, MEM_MGT_EXTENSIONS, MW type 2A, ...) but
-  // SRQ_RESIZE, which emulated SRQs cannot honour.
-  EXPECT_EQ(attr_.device_cap_flags, 0x1a21c76u);
+  EXPECT_EQ(attr_.device_cap_flags, 0x1a23c76u);
   EXPECT_TRUE(attr_.device_cap_flags & IBV_DEVICE_UD_AV_PORT_ENFORCE);
-  EXPECT_FALSE(attr_.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
+  EXPECT_TRUE(attr_.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
   EXPECT_EQ(attr_.max_pkeys, 64);
   ibv_port_attr port{};
   ASSERT_EQ(ibv_query_port(ctx_, 1, &port), 0);
@@ -386,6 +384,52 @@ TEST_F(Personality, RxeWithPostBeforeRtsQueueQueues) {
   ibv_recv_wr* rbad = nullptr;
   EXPECT_EQ(ibv_post_recv(qp, &rwr, &rbad), 0);
   ibv_destroy_qp(qp);
+}
+
+// ---- SRQ resize ------------------------------------------------------------------------
+
+// Posts up to `count` receives to srq; the number accepted.
+int post_srq_recvs(ibv_srq* srq, int count) {
+  for (int i = 0; i < count; ++i) {
+    ibv_recv_wr wr{};
+    wr.wr_id = static_cast<uint64_t>(i);
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_srq_recv(srq, &wr, &bad) != 0) return i;
+  }
+  return count;
+}
+
+TEST_F(Connectx, SrqResizeIsRefused) {
+  ibv_srq_init_attr init{};
+  init.attr.max_wr = 4;
+  init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &init);
+  ASSERT_NE(srq, nullptr);
+  ibv_srq_attr attr{};
+  attr.max_wr = 64;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EINVAL);
+  ibv_destroy_srq(srq);
+}
+
+// rxe resizes: the receives already posted stay, and the queue then holds the
+// new depth (2^n - 1, as at creation); it cannot shrink below what it holds.
+TEST_F(Rxe, SrqResizeKeepsTheReceivesPosted) {
+  ibv_srq_init_attr init{};
+  init.attr.max_wr = 4;
+  init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &init);
+  ASSERT_NE(srq, nullptr);
+  ASSERT_EQ(post_srq_recvs(srq, 7), 7);  // a ring of 7
+  ibv_srq_attr attr{};
+  attr.max_wr = 2;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EINVAL) << "below the 7 receives posted";
+  attr.max_wr = 64;
+  ASSERT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), 0);
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.max_wr, 127u);
+  EXPECT_EQ(post_srq_recvs(srq, 200), 120);  // 127 in all
+  ibv_destroy_srq(srq);
 }
 
 // A personality that cannot be loaded lists no device (docs/configuration.md):
