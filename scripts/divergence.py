@@ -703,7 +703,7 @@ def personality_text(report, path, name, device):
     lines = ["# Seeded by scripts/divergence.py personality from %s (device %s, backend %s, host %s, %s)." %
              (os.path.basename(path), device, report.get("backend"), report.get("host"), report.get("date")),
              "# Keys the report did not observe are absent and keep the built-in (ConnectX) values;",
-             "# the async events, bad_wr and flushing behaviours are not observed by the suite.",
+             "# the async events, bad_wr, flushing, wake-up and QP attribute checks are not observed.",
              "# Format: docs/configuration.md, \"SOFTVERBS_PERSONALITY\".",
              "name = %s" % toml_string(name)]
     for table in ("device", "device_ex", "port", "queues", "completions", "post", "mr"):

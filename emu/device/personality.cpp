@@ -136,6 +136,7 @@ const BoolKey kBoolKeys[] = {
     {"queues", "srq_resize", &Personality::srq_resize},
     {"device_ex", "odp", &Personality::odp},
     {"device_ex", "completion_timestamps", &Personality::completion_timestamps},
+    {"qp", "validate_attributes", &Personality::validate_qp_attributes},
     {"completions", "grh_on_connected", &Personality::grh_on_connected},
     {"completions", "error_wakes_solicited", &Personality::error_wakes_solicited},
     {"completions", "flush_posted_in_error", &Personality::flush_posted_in_error},
@@ -144,7 +145,7 @@ const BoolKey kBoolKeys[] = {
 };
 
 // The tables a personality file has, in the order the error message lists them.
-constexpr const char* kTables[] = {"device", "device_ex", "port", "queues", "completions", "events", "post", "mr"};
+constexpr const char* kTables[] = {"device", "device_ex", "port", "queues", "qp", "completions", "events", "post", "mr"};
 
 std::string at_line(const toml::node& n) {
   return "line " + std::to_string(n.source().begin.line) + ": ";
@@ -388,7 +389,7 @@ bool parse_personality(std::string_view text, Personality* out, std::string* err
       if (!parse_table(key, *t, &p, error)) return false;
     } else {
       *error = at_line(v) + "unknown top-level key '" + key +
-               "' (name, [device], [device_ex], [port], [queues], [completions], [events], [post], [mr])";
+               "' (name, [device], [device_ex], [port], [queues], [qp], [completions], [events], [post], [mr])";
       return false;
     }
   }

@@ -103,6 +103,11 @@ struct Personality {
   bool before_rts_refused = false;
   bool bad_wr_on_refusal = true;
 
+  // [qp]: validate_attributes false: P_Key indexes past the table, retry_cnt
+  // above 7, min_rnr_timer above 31 and path_mtu 0 are accepted by
+  // ibv_modify_qp (rxe); true: EINVAL (ConnectX).
+  bool validate_qp_attributes = true;
+
   // [mr]: local-only regions (no remote access) get rkey 0 (rxe).
   bool local_only_rkey_zero = false;
 

@@ -170,7 +170,8 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   if (has(IBV_QP_QKEY)) attr_.qkey = attr->qkey;
   if (has(IBV_QP_ACCESS_FLAGS)) attr_.qp_access_flags = attr->qp_access_flags;
   if (has(IBV_QP_AV)) attr_.ah_attr = attr->ah_attr;
-  if (has(IBV_QP_PATH_MTU)) attr_.path_mtu = attr->path_mtu;
+  // path_mtu 0, which only an rxe personality lets through, keeps the port's MTU.
+  if (has(IBV_QP_PATH_MTU)) attr_.path_mtu = attr->path_mtu ? attr->path_mtu : device().active_mtu();
   if (has(IBV_QP_DEST_QPN)) attr_.dest_qp_num = attr->dest_qp_num;
   if (has(IBV_QP_RQ_PSN)) attr_.rq_psn = attr->rq_psn & 0xffffff;
   if (has(IBV_QP_MAX_DEST_RD_ATOMIC)) attr_.max_dest_rd_atomic = attr->max_dest_rd_atomic;

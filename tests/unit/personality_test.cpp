@@ -34,7 +34,8 @@ bool same(const Personality& a, const Personality& b) {
          a.error_wakes_solicited == b.error_wakes_solicited && a.flush_posted_in_error == b.flush_posted_in_error &&
          a.event_qp_access_err == b.event_qp_access_err && a.event_last_wqe_reached == b.event_last_wqe_reached &&
          a.sq_drained_always == b.sq_drained_always && a.before_rts_refused == b.before_rts_refused &&
-         a.bad_wr_on_refusal == b.bad_wr_on_refusal && a.local_only_rkey_zero == b.local_only_rkey_zero && a.srq_resize == b.srq_resize;
+         a.bad_wr_on_refusal == b.bad_wr_on_refusal && a.local_only_rkey_zero == b.local_only_rkey_zero && a.srq_resize == b.srq_resize &&
+         a.validate_qp_attributes == b.validate_qp_attributes;
 }
 
 TEST(PersonalityTest, ConnectxFileMatchesTheBuiltInValues) {
@@ -58,6 +59,7 @@ TEST(PersonalityTest, RxeFileCarriesRxesValues) {
   EXPECT_TRUE(p.queue_sizes_as_requested);
   EXPECT_EQ(p.device_cap_flags, 0x1a23c76u);
   EXPECT_TRUE(p.srq_resize);
+  EXPECT_FALSE(p.validate_qp_attributes);
   EXPECT_EQ(p.max_pkeys, 64);
   EXPECT_FALSE(p.odp);
   EXPECT_EQ(p.max_dm_size, 0u);
@@ -189,6 +191,8 @@ TEST(PersonalityTest, BadFilesGiveAnErrorNamingTheLineOrKey) {
       {"[mr]\nlocal_only_rkey = 0\n", "mr.local_only_rkey"},
       {"[mr]\nodp = false\n", "unknown key mr.odp"},
       {"[queues]\nsrq_resize = \"yes\"\n", "queues.srq_resize must be true or false"},
+      {"[qp]\nvalidate_attributes = 0\n", "qp.validate_attributes must be true or false"},
+      {"[qp]\nvalidate = true\n", "unknown key qp.validate"},
       {"port = 1\n", "port must be a table"},
       {"[device]\nmax_mcast_qp_attach = 10\nmax_total_mcast_qp_attach = 5\n", "max_total_mcast_qp_attach"},
       {"\xff\xfe\x00garbage", "line"},

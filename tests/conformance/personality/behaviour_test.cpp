@@ -328,6 +328,62 @@ TEST_F(RxeBehaviour, DrainWithoutNotifyRaisesSqDrained) {
   EXPECT_TRUE(has_async_event(IBV_EVENT_SQ_DRAINED));
 }
 
+// ---- QP attributes -------------------------------------------------------------
+
+// The modifies of a connection, each with one value out of range: a P_Key
+// index past the table (RESET->INIT), path_mtu 0 and min_rnr_timer 32
+// (INIT->RTR), retry_cnt 8 (RTR->RTS); the results in order.
+std::vector<int> modify_with_bad_values(ibv_qp* qp, ibv_context* ctx) {
+  std::vector<int> rcs;
+  softverbs::testkit::QpPath path;
+  path.pkey_index = 5;  // a RoCE port has one P_Key
+  rcs.push_back(softverbs::testkit::modify_to_init(qp, path));
+  if (rcs.back()) rcs.back() = softverbs::testkit::modify_to_init(qp, {}) ? -1 : rcs.back();
+  ibv_gid gid{};
+  EXPECT_EQ(ibv_query_gid(ctx, 1, 1, &gid), 0);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = static_cast<ibv_mtu>(0);
+  a.dest_qp_num = qp->qp_num;
+  a.ah_attr = ah_to_gid(gid, 1);
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 32;
+  const int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  rcs.push_back(ibv_modify_qp(qp, &a, rtr));
+  if (rcs.back()) {  // go on with valid values
+    a.path_mtu = IBV_MTU_1024;
+    a.min_rnr_timer = 1;
+    EXPECT_EQ(ibv_modify_qp(qp, &a, rtr), 0);
+  }
+  ibv_qp_attr r{};
+  r.qp_state = IBV_QPS_RTS;
+  r.timeout = 14;
+  r.retry_cnt = 8;
+  r.rnr_retry = 7;
+  r.max_rd_atomic = 1;
+  rcs.push_back(ibv_modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC));
+  return rcs;
+}
+
+TEST_F(ConnectxBehaviour, QpAttributesAreRangeChecked) {
+  a_ = create_rc(cq_a_);
+  ASSERT_NE(a_, nullptr);
+  EXPECT_EQ(modify_with_bad_values(a_, ctx_), (std::vector<int>{EINVAL, EINVAL, EINVAL}));
+}
+
+TEST_F(RxeBehaviour, QpAttributesAreNotRangeChecked) {
+  a_ = create_rc(cq_a_);
+  ASSERT_NE(a_, nullptr);
+  EXPECT_EQ(modify_with_bad_values(a_, ctx_), (std::vector<int>{0, 0, 0}));
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(a_, &attr, IBV_QP_STATE | IBV_QP_PATH_MTU, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+  EXPECT_GE(attr.path_mtu, IBV_MTU_256) << "path_mtu 0 keeps the port's MTU";
+}
+
 // ---- posting -----------------------------------------------------------------
 
 // A QP with nothing queued moved to the error state, then one receive posted.
