@@ -57,7 +57,7 @@ constexpr std::array kTable = {
              "21334 (0x5356, no adapter's id)", kLibrary, false},
     Variable{Var::kPostBeforeRts, "SOFTVERBS_POST_BEFORE_RTS",
              "posting to a QP before RTS: queue (as ConnectX) or refuse (EINVAL, as the IBTA and rxe)",
-             "queue", kLibrary, false},
+             "the personality's post.before_rts (queue for connectx)", kLibrary, false},
     Variable{Var::kClock, "SOFTVERBS_CLOCK",
              "the engine's time: real, or virtual (time jumps to the next deadline whenever every thread waits)",
              "real", kLibrary, false},

@@ -82,7 +82,7 @@ int EmuProvider::query_port(ibv_context* context, uint8_t port_num, ibv_port_att
 int EmuProvider::query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
                               uint32_t flags, size_t entry_size) {
   if (flags) return EINVAL;
-  if (!port_ok(port_num) || gid_index >= static_cast<uint32_t>(caps::kGidTblLen)) return EINVAL;
+  if (!port_ok(port_num) || gid_index >= static_cast<uint32_t>(personality().gid_tbl_len)) return EINVAL;
   ibv_gid_entry e;
   if (!Context::from(context)->device().gid_entry(gid_index, &e)) return ENODATA;
   std::memcpy(entry, &e, entry_size < sizeof e ? entry_size : sizeof e);
@@ -95,7 +95,7 @@ ssize_t EmuProvider::query_gid_table(ibv_context* context, ibv_gid_entry* entrie
   if (entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   Device& dev = Context::from(context)->device();
   size_t n = 0;
-  for (uint32_t i = 0; i < static_cast<uint32_t>(caps::kGidTblLen); ++i) {
+  for (uint32_t i = 0; i < static_cast<uint32_t>(personality().gid_tbl_len); ++i) {
     ibv_gid_entry e;
     if (!dev.gid_entry(i, &e)) continue;
     if (n == max_entries) return -EINVAL;
@@ -263,6 +263,7 @@ ibv_mr* EmuProvider::reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_
   // mapping now, as nothing is pinned. Accesses check the mapping instead
   // (emu/memory/sge.cpp).
   const bool odp = (access & IBV_ACCESS_ON_DEMAND) != 0;
+  if (odp && !personality().odp) return fail<ibv_mr>(EINVAL);  // rxe of that generation: no ODP
   if (odp && !addr && length == SIZE_MAX) {
     if (iova != 0) return fail<ibv_mr>(EINVAL);
     return add_mr(pd, nullptr, length, 0, access);

@@ -4,10 +4,13 @@ backend, and the differences between two such reports.
 
   divergence.py run --backend emu|hw|both [--hw-over-emu] [--out DIR] [--filter F]
   divergence.py compare A.json B.json [--md OUT] [--json OUT] [--pair DEV_A=DEV_B]
+  divergence.py personality REPORT.json [--name NAME] [--device DEV] > NAME.toml
 
 `run` runs build/tests/conformance/conformance_tests in the environment the
 ctest entries use and writes DIR/NAME.json and DIR/NAME.md. `compare` lists
-every test whose verdict or observed values differ between two reports. See
+every test whose verdict or observed values differ between two reports.
+`personality` writes a personality file (data/personalities/) from what a
+report observed. See
 docs/hardware.md, "Divergence report". Python 3 standard library only.
 """
 
@@ -563,6 +566,168 @@ def cmd_compare(args):
 
 
 # ---------------------------------------------------------------------------
+# personality: a personality file (docs/configuration.md, SOFTVERBS_PERSONALITY)
+# seeded from a report. The attributes come from DeviceAttributesTest.Observed,
+# the behaviours from the observations of the tests that exercise them. Keys a
+# report does not observe are left out, so they keep the built-in (ConnectX)
+# values.
+
+ATTRIBUTES_TEST = "DeviceAttributesTest.Observed"
+# [device] keys written as numbers; the 64-bit ones above 2^63 as a "0x" string.
+DEVICE_INT_KEYS = ("vendor_id", "vendor_part_id", "hw_ver", "max_mr_size", "page_size_cap", "max_qp", "max_qp_wr",
+                   "device_cap_flags", "max_sge", "max_sge_rd", "max_cq", "max_cqe", "max_mr", "max_pd",
+                   "max_qp_rd_atom", "max_res_rd_atom", "max_qp_init_rd_atom", "max_mw", "max_ah", "max_mcast_grp",
+                   "max_mcast_qp_attach", "max_total_mcast_qp_attach", "max_srq", "max_srq_wr", "max_srq_sge",
+                   "max_pkeys", "local_ca_ack_delay")
+# [port] keys and the range a personality accepts (a value outside is clamped, with a note).
+PORT_KEYS = (("max_mtu", None), ("gid_tbl_len", (4, 4096)), ("active_width", (1, 255)),
+             ("active_speed", (1, 255)), ("max_msg_sz", (1, 1 << 31)), ("max_vl_num", (1, 15)))
+MAX_DM_SIZE = 131072  # the device memory an emulated device holds (caps.hpp)
+# ibv_wc_status_str() texts to the words of the [completions] keys.
+STATUS_WORDS = {
+    "bad_lkey": {"local protection error": "loc_prot_err", "local QP operation error": "loc_qp_op_err"},
+    "recv_too_small_sender": {"remote invalid request error": "rem_inv_req_err",
+                              "remote operation error": "rem_op_err"},
+    "recv_too_small_receiver": {"local length error": "loc_len_err", "local QP operation error": "loc_qp_op_err"},
+}
+STATUS_OBSERVATIONS = (("bad_lkey", "bad_lkey.status"), ("recv_too_small_sender", "recv_too_small.sender"),
+                       ("recv_too_small_receiver", "recv_too_small.receiver"))
+
+
+def toml_string(text):
+    return json.dumps(text)  # a JSON string is a TOML basic string for these characters
+
+
+def first_value(value):
+    """An observation seen more than once keeps every value ("a, b"): the first."""
+    return value.split(", ")[0] if isinstance(value, str) else value
+
+
+def integer(value):
+    try:
+        return int(first_value(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def personality_device(report, wanted):
+    devices = [d for d in report.get("devices", []) if d]
+    if wanted:
+        if wanted not in devices:
+            raise Failure("no device %r in the report (devices: %s)" % (wanted, ", ".join(devices) or "none"))
+        return wanted
+    if not devices:
+        raise Failure("the report names no device")
+    return devices[0]
+
+
+def observations_of(report, device):
+    """{test: observed} of the device's tests (and those without a device), without the
+    instantiation prefix ("Devices/")."""
+    return {t["test"].rsplit("/", 1)[-1]: t.get("observed", {}) for t in report.get("tests", [])
+            if t.get("device") in (device, None)}
+
+
+def personality_tables(observed):
+    """The tables of the file: {table: [(key, TOML value or None, note)]}."""
+    tables = {}
+
+    def put(table, key, value, note=""):
+        tables.setdefault(table, []).append((key, value, note))
+
+    attrs = observed.get(ATTRIBUTES_TEST, {})
+    if "device.fw_ver" in attrs:
+        put("device", "fw_ver", toml_string(str(attrs["device.fw_ver"])[:63]))
+    for key in DEVICE_INT_KEYS:
+        v = integer(attrs.get("device." + key))
+        if v is None:
+            continue
+        if key == "vendor_id" and v > 0xffffff:
+            v = 0xffffff
+        put("device", key, ('"0x%x"' % v) if v >= 1 << 63 else ("0x%x" % v if key == "device_cap_flags" else str(v)))
+    if first_value(attrs.get("device.atomic_cap")) in ("none", "hca", "glob"):
+        put("device", "atomic_cap", toml_string(first_value(attrs["device.atomic_cap"])))
+
+    if integer(attrs.get("device_ex.odp_general_caps")) is not None:
+        put("device_ex", "odp", "true" if integer(attrs["device_ex.odp_general_caps"]) else "false")
+    dm = integer(attrs.get("device_ex.max_dm_size"))
+    if dm is not None:
+        put("device_ex", "max_dm_size", str(min(dm, MAX_DM_SIZE)),
+            "observed %d; emulated devices hold at most %d" % (dm, MAX_DM_SIZE) if dm > MAX_DM_SIZE else "")
+    if integer(attrs.get("device_ex.hca_core_clock")) is not None:
+        put("device_ex", "completion_timestamps", "true" if integer(attrs["device_ex.hca_core_clock"]) else "false")
+
+    for key, bounds in PORT_KEYS:
+        v = integer(attrs.get("port." + key))
+        if v is None:
+            continue
+        if key == "max_mtu":
+            if v in (256, 512, 1024, 2048, 4096):
+                put("port", key, str(v))
+            continue
+        lo, hi = bounds
+        put("port", key, str(min(max(v, lo), hi)), "observed %d" % v if not lo <= v <= hi else "")
+
+    created, queried = integer(attrs.get("queues.created_max_recv_wr")), integer(attrs.get("queues.queried_max_recv_wr"))
+    if created is not None and queried is not None:
+        put("queues", "written_back", '"requested"' if queried > created else '"actual"',
+            "create wrote back %d, query reported %d" % (created, queried))
+
+    merged = {}
+    for _, obs in sorted(observed.items()):
+        for k, v in obs.items():
+            merged.setdefault(k, first_value(v))
+    for key, name in STATUS_OBSERVATIONS:
+        if name not in merged:
+            continue
+        word = STATUS_WORDS[key].get(merged[name])
+        put("completions", key, toml_string(word) if word else None,
+            "" if word else "observed %r, which no personality models" % merged[name])
+    grh = [first_value(obs["recv.IBV_WC_GRH"]) for test, obs in observed.items()
+           if "recv.IBV_WC_GRH" in obs and re.search(r"(Rc|Uc)$", test)]
+    if grh:
+        put("completions", "grh_on_connected", "true" if "set" in grh else "false")
+    if "ibv_modify_srq.max_wr" in merged:
+        put("queues", "srq_resize", "true" if merged["ibv_modify_srq.max_wr"] == "0" else "false")
+    if "ibv_post_recv.RESET" in merged:
+        put("post", "before_rts", '"refuse"' if merged["ibv_post_recv.RESET"] != "0" else '"queue"')
+    if "ibv_reg_mr.on_demand" in merged and "device_ex" not in tables:
+        put("device_ex", "odp", "true" if merged["ibv_reg_mr.on_demand"] == "ok" else "false")
+    if "mr.local_only_rkey" in merged:
+        put("mr", "local_only_rkey", '"zero"' if merged["mr.local_only_rkey"] == "0" else '"key"')
+    return tables
+
+
+def personality_text(report, path, name, device):
+    tables = personality_tables(observations_of(report, device))
+    lines = ["# Seeded by scripts/divergence.py personality from %s (device %s, backend %s, host %s, %s)." %
+             (os.path.basename(path), device, report.get("backend"), report.get("host"), report.get("date")),
+             "# Keys the report did not observe are absent and keep the built-in (ConnectX) values;",
+             "# the async events, bad_wr, flushing, wake-up and QP attribute checks are not observed.",
+             "# Format: docs/configuration.md, \"SOFTVERBS_PERSONALITY\".",
+             "name = %s" % toml_string(name)]
+    for table in ("device", "device_ex", "port", "queues", "completions", "post", "mr"):
+        if table not in tables:
+            continue
+        lines += ["", "[%s]" % table]
+        for key, value, note in tables[table]:
+            if value is None:
+                lines.append("# %s: %s" % (key, note))
+            else:
+                lines.append("%s = %s%s" % (key, value, ("  # " + note) if note else ""))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_personality(args):
+    report = load_report(args.report)
+    if not re.fullmatch(r"[a-z0-9_-]{1,64}", args.name):
+        raise Failure("--name %r: a personality name is 1 to 64 of a-z, 0-9, '_' and '-'" % args.name)
+    device = personality_device(report, args.device)
+    sys.stdout.write(personality_text(report, args.report, args.name, device))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
 
 
 def main(argv=None):
@@ -602,6 +767,16 @@ def main(argv=None):
     cmp.add_argument("--pair", action="append", metavar="DEV_A=DEV_B",
                      help="match A's device DEV_A with B's DEV_B (repeatable)")
     cmp.set_defaults(func=cmd_compare)
+
+    per = sub.add_parser("personality", help="write a personality file seeded from a report",
+                         description="Writes to standard output a personality file (SOFTVERBS_PERSONALITY) "
+                         "holding what the report observed of one device: its attributes, the queue depths "
+                         "create writes back, completion statuses, posting before RTS, ODP and local-only rkeys. "
+                         "Exit status: 0 written, 2 error.")
+    per.add_argument("report", metavar="REPORT.json")
+    per.add_argument("--name", default="seeded", help="the personality's name (default: seeded)")
+    per.add_argument("--device", help="the device whose observations to use (default: the report's first)")
+    per.set_defaults(func=cmd_personality)
 
     args = parser.parse_args(argv)
     try:

@@ -92,7 +92,7 @@ void Device::fill_device_attr(ibv_device_attr* attr) const {
   attr->hw_ver = p.hw_ver;
   attr->max_qp = p.max_qp;
   attr->max_qp_wr = p.max_qp_wr;
-  attr->device_cap_flags = caps::kDeviceCapFlags;
+  attr->device_cap_flags = p.device_cap_flags;
   attr->max_sge = p.max_sge;
   attr->max_sge_rd = p.max_sge_rd;
   attr->max_cq = p.max_cq;
@@ -119,7 +119,7 @@ void Device::fill_device_attr(ibv_device_attr* attr) const {
   attr->max_srq = p.max_srq;
   attr->max_srq_wr = p.max_srq_wr;
   attr->max_srq_sge = p.max_srq_sge;
-  attr->max_pkeys = pkey_tbl_len();
+  attr->max_pkeys = p.max_pkeys ? p.max_pkeys : pkey_tbl_len();
   attr->local_ca_ack_delay = p.local_ca_ack_delay;
   attr->phys_port_cnt = caps::kPhysPortCnt;
 }
@@ -131,23 +131,24 @@ uint16_t Device::pkey_tbl_len() const {
 void Device::fill_port_attr(ibv_port_attr* attr) const {
   std::memset(attr, 0, sizeof *attr);
   const bool eth = config_.link_layer == LinkLayer::kEthernet;
+  const Personality& p = personality();
   // A port taken down by the fault layer looks like a lost link (polling); a
   // failed device's port is disabled.
   attr->state = port_active() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-  attr->max_mtu = caps::kMaxMtu;
+  attr->max_mtu = p.max_mtu;
   attr->active_mtu = config_.active_mtu;
-  attr->gid_tbl_len = caps::kGidTblLen;
+  attr->gid_tbl_len = p.gid_tbl_len;
   attr->port_cap_flags = eth ? caps::kPortCapFlagsEth : caps::kPortCapFlagsIb;
-  attr->max_msg_sz = caps::kMaxMsgSz;
+  attr->max_msg_sz = p.max_msg_sz;
   attr->pkey_tbl_len = pkey_tbl_len();
   attr->lid = eth ? 0 : lid_;
   attr->sm_lid = eth ? 0 : caps::kSmLid;
   attr->lmc = 0;
-  attr->max_vl_num = caps::kMaxVlNum;
+  attr->max_vl_num = p.max_vl_num;
   attr->sm_sl = 0;
   attr->subnet_timeout = eth ? 0 : caps::kSubnetTimeout;
-  attr->active_width = caps::kActiveWidth;
-  attr->active_speed = caps::kActiveSpeed;
+  attr->active_width = p.active_width;
+  attr->active_speed = p.active_speed;
   attr->phys_state = port_active() ? caps::kPhysStateLinkUp
                      : fatal()     ? caps::kPhysStateDisabled
                                    : caps::kPhysStatePolling;

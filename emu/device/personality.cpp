@@ -6,11 +6,13 @@
 #include <dlfcn.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <optional>
 #include <climits>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <variant>
 
@@ -19,12 +21,33 @@
 namespace softverbs::emu {
 namespace {
 
-// One key of the [device] table: where it goes and the range it accepts.
+// One integer key of a table: where it goes and the range it accepts.
 struct IntKey {
   const char* name;
-  std::variant<int Personality::*, uint32_t Personality::*, uint64_t Personality::*, uint8_t Personality::*> field;
+  std::variant<int Personality::*, uint32_t Personality::*, uint64_t Personality::*, uint8_t Personality::*,
+               uint16_t Personality::*>
+      field;
   uint64_t min;
   uint64_t max;
+};
+
+// A key whose value is one of a few words; set() stores the word's value.
+struct Word {
+  const char* word;
+  int value;
+};
+struct ChoiceKey {
+  const char* table;
+  const char* name;
+  Word words[4];
+  void (*set)(Personality&, int);
+};
+
+// A boolean key (true/false).
+struct BoolKey {
+  const char* table;
+  const char* name;
+  bool Personality::*field;
 };
 
 constexpr uint64_t kIntMax = INT_MAX;
@@ -57,7 +80,72 @@ const IntKey kDeviceKeys[] = {
     {"max_srq_sge", &Personality::max_srq_sge, 1, kIntMax},
     {"local_ca_ack_delay", &Personality::local_ca_ack_delay, 0, 31},  // 5 bits (IBTA 14.2.5.6)
     {"max_inline_data", &Personality::max_inline_data, 0, 1u << 20},
+    {"device_cap_flags", &Personality::device_cap_flags, 0, UINT32_MAX},
+    {"max_pkeys", &Personality::max_pkeys, 0, UINT16_MAX},
 };
+
+const IntKey kDeviceExKeys[] = {
+    {"max_dm_size", &Personality::max_dm_size, 0, caps::kMaxDmSize},  // the device memory emulated devices hold
+};
+
+const IntKey kPortKeys[] = {
+    // The GID table an emulated port fills holds a few entries; the rest read as zero.
+    {"gid_tbl_len", &Personality::gid_tbl_len, 4, 4096},
+    {"active_width", &Personality::active_width, 1, 255},
+    {"active_speed", &Personality::active_speed, 1, 255},
+    {"max_msg_sz", &Personality::max_msg_sz, 1, 1u << 31},
+    {"max_vl_num", &Personality::max_vl_num, 1, 15},
+};
+
+constexpr int kLocProt = IBV_WC_LOC_PROT_ERR;
+constexpr int kLocQpOp = IBV_WC_LOC_QP_OP_ERR;
+
+const ChoiceKey kChoiceKeys[] = {
+    {"queues", "written_back", {{"actual", 0}, {"requested", 1}}, [](Personality& p, int v) {
+       p.queue_sizes_as_requested = v != 0;
+     }},
+    {"completions", "bad_lkey", {{"loc_prot_err", kLocProt}, {"loc_qp_op_err", kLocQpOp}}, [](Personality& p, int v) {
+       p.bad_lkey = static_cast<ibv_wc_status>(v);
+     }},
+    {"completions",
+     "recv_too_small_sender",
+     {{"rem_inv_req_err", IBV_WC_REM_INV_REQ_ERR}, {"rem_op_err", IBV_WC_REM_OP_ERR}},
+     [](Personality& p, int v) { p.recv_too_small_sender = static_cast<ibv_wc_status>(v); }},
+    {"completions",
+     "recv_too_small_receiver",
+     {{"loc_len_err", IBV_WC_LOC_LEN_ERR}, {"loc_qp_op_err", kLocQpOp}},
+     [](Personality& p, int v) { p.recv_too_small_receiver = static_cast<ibv_wc_status>(v); }},
+    {"completions", "send_inv_of_region", {{"fail", 1}, {"complete", 0}}, [](Personality& p, int v) {
+       p.send_inv_of_region_fails = v != 0;
+     }},
+    {"events", "sq_drained", {{"when_asked", 0}, {"always", 1}}, [](Personality& p, int v) {
+       p.sq_drained_always = v != 0;
+     }},
+    {"post", "before_rts", {{"queue", 0}, {"refuse", 1}}, [](Personality& p, int v) {
+       p.before_rts_refused = v != 0;
+     }},
+    {"post", "bad_wr_on_refusal", {{"set", 1}, {"unset", 0}}, [](Personality& p, int v) {
+       p.bad_wr_on_refusal = v != 0;
+     }},
+    {"mr", "local_only_rkey", {{"key", 0}, {"zero", 1}}, [](Personality& p, int v) {
+       p.local_only_rkey_zero = v != 0;
+     }},
+};
+
+const BoolKey kBoolKeys[] = {
+    {"queues", "srq_resize", &Personality::srq_resize},
+    {"device_ex", "odp", &Personality::odp},
+    {"device_ex", "completion_timestamps", &Personality::completion_timestamps},
+    {"qp", "validate_attributes", &Personality::validate_qp_attributes},
+    {"completions", "grh_on_connected", &Personality::grh_on_connected},
+    {"completions", "error_wakes_solicited", &Personality::error_wakes_solicited},
+    {"completions", "flush_posted_in_error", &Personality::flush_posted_in_error},
+    {"events", "qp_access_err", &Personality::event_qp_access_err},
+    {"events", "last_wqe_reached", &Personality::event_last_wqe_reached},
+};
+
+// The tables a personality file has, in the order the error message lists them.
+constexpr const char* kTables[] = {"device", "device_ex", "port", "queues", "qp", "completions", "events", "post", "mr"};
 
 std::string at_line(const toml::node& n) {
   return "line " + std::to_string(n.source().begin.line) + ": ";
@@ -86,62 +174,107 @@ std::optional<uint64_t> wide_integer(const toml::node& v, bool wide) {
   return value;
 }
 
-bool parse_device(const toml::table& t, Personality* p, std::string* error) {
-  for (auto&& [k, v] : t) {
-    const std::string key(k.str());
-    if (key == "fw_ver") {
-      auto s = v.value<std::string>();
-      if (!s || s->size() >= sizeof(ibv_device_attr{}.fw_ver)) {
-        *error = at_line(v) + "device.fw_ver must be a string of at most 63 characters";
-        return false;
-      }
-      p->fw_ver = *s;
-      continue;
-    }
-    if (key == "atomic_cap") {
-      auto s = v.value<std::string>();
-      if (s && *s == "none") p->atomic_cap = IBV_ATOMIC_NONE;
-      else if (s && *s == "hca") p->atomic_cap = IBV_ATOMIC_HCA;
-      else if (s && *s == "glob") p->atomic_cap = IBV_ATOMIC_GLOB;
-      else {
-        *error = at_line(v) + "device.atomic_cap must be \"none\", \"hca\" or \"glob\"";
-        return false;
-      }
-      continue;
-    }
-    const IntKey* spec = nullptr;
-    for (const IntKey& ik : kDeviceKeys)
-      if (key == ik.name) spec = &ik;
-    if (!spec) {
-      *error = at_line(v) + "unknown key device." + key;
-      return false;
-    }
-    std::optional<uint64_t> value = wide_integer(v, std::holds_alternative<uint64_t Personality::*>(spec->field));
-    if (!value || *value < spec->min || *value > spec->max) {
-      *error = at_line(v) + "device." + key + " must be an integer from " + std::to_string(spec->min) + " to " +
-               std::to_string(spec->max);
-      return false;
-    }
-    std::visit([&](auto member) { p->*member = static_cast<std::remove_reference_t<decltype(p->*member)>>(*value); },
-               spec->field);
+bool set_int(const std::string& table, const std::string& key, const toml::node& v, const IntKey& spec,
+             Personality* p, std::string* error) {
+  std::optional<uint64_t> value = wide_integer(v, std::holds_alternative<uint64_t Personality::*>(spec.field));
+  if (!value || *value < spec.min || *value > spec.max) {
+    *error = at_line(v) + table + "." + key + " must be an integer from " + std::to_string(spec.min) + " to " +
+             std::to_string(spec.max);
+    return false;
   }
+  std::visit([&](auto member) { p->*member = static_cast<std::remove_reference_t<decltype(p->*member)>>(*value); },
+             spec.field);
   return true;
 }
 
-bool parse_queues(const toml::table& t, Personality* p, std::string* error) {
-  for (auto&& [k, v] : t) {
-    if (k.str() != "written_back") {
-      *error = at_line(v) + "unknown key queues." + std::string(k.str()) + " (written_back)";
+// The keys of [device] that are not integers.
+bool set_device_special(const std::string& key, const toml::node& v, Personality* p, std::string* error,
+                        bool* handled) {
+  *handled = true;
+  if (key == "fw_ver") {
+    auto s = v.value<std::string>();
+    if (!s || s->size() >= sizeof(ibv_device_attr{}.fw_ver)) {
+      *error = at_line(v) + "device.fw_ver must be a string of at most 63 characters";
       return false;
     }
+    p->fw_ver = *s;
+    return true;
+  }
+  if (key == "atomic_cap") {
     auto s = v.value<std::string>();
-    if (s && *s == "actual") p->queue_sizes_as_requested = false;
-    else if (s && *s == "requested") p->queue_sizes_as_requested = true;
+    if (s && *s == "none") p->atomic_cap = IBV_ATOMIC_NONE;
+    else if (s && *s == "hca") p->atomic_cap = IBV_ATOMIC_HCA;
+    else if (s && *s == "glob") p->atomic_cap = IBV_ATOMIC_GLOB;
     else {
-      *error = at_line(v) + "queues.written_back must be \"actual\" or \"requested\"";
+      *error = at_line(v) + "device.atomic_cap must be \"none\", \"hca\" or \"glob\"";
       return false;
+    }
+    return true;
+  }
+  *handled = false;
+  return true;
+}
+
+// port.max_mtu: bytes, one of the five IBTA MTUs.
+bool set_max_mtu(const toml::node& v, Personality* p, std::string* error) {
+  const auto n = v.value_exact<int64_t>();
+  for (ibv_mtu m : {IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024, IBV_MTU_2048, IBV_MTU_4096}) {
+    if (n && *n == (int64_t{128} << m)) {
+      p->max_mtu = m;
+      return true;
     }
   }
+  *error = at_line(v) + "port.max_mtu must be 256, 512, 1024, 2048 or 4096";
+  return false;
+}
+
+// One key of one table: integer, word or boolean, as the tables above say.
+bool parse_key(const std::string& table, const std::string& key, const toml::node& v, Personality* p,
+               std::string* error) {
+  if (table == "device") {
+    bool handled = false;
+    if (!set_device_special(key, v, p, error, &handled)) return false;
+    if (handled) return true;
+  }
+  if (table == "port" && key == "max_mtu") return set_max_mtu(v, p, error);
+  const std::span<const IntKey> ints = table == "device"      ? std::span<const IntKey>(kDeviceKeys)
+                                       : table == "device_ex" ? std::span<const IntKey>(kDeviceExKeys)
+                                       : table == "port"      ? std::span<const IntKey>(kPortKeys)
+                                                              : std::span<const IntKey>();
+  for (const IntKey& ik : ints)
+    if (key == ik.name) return set_int(table, key, v, ik, p, error);
+  for (const ChoiceKey& ck : kChoiceKeys) {
+    if (table != ck.table || key != ck.name) continue;
+    auto s = v.value_exact<std::string>();
+    std::string allowed;
+    for (const Word& w : ck.words) {
+      if (!w.word) break;
+      if (s && *s == w.word) {
+        ck.set(*p, w.value);
+        return true;
+      }
+      allowed += std::string(allowed.empty() ? "" : " or ") + "\"" + w.word + "\"";
+    }
+    *error = at_line(v) + table + "." + key + " must be " + allowed;
+    return false;
+  }
+  for (const BoolKey& bk : kBoolKeys) {
+    if (table != bk.table || key != bk.name) continue;
+    auto b = v.value_exact<bool>();
+    if (!b) {
+      *error = at_line(v) + table + "." + key + " must be true or false";
+      return false;
+    }
+    p->*bk.field = *b;
+    return true;
+  }
+  *error = at_line(v) + "unknown key " + table + "." + key;
+  return false;
+}
+
+bool parse_table(const std::string& table, const toml::table& t, Personality* p, std::string* error) {
+  for (auto&& [k, v] : t)
+    if (!parse_key(table, std::string(k.str()), v, p, error)) return false;
   return true;
 }
 
@@ -209,7 +342,21 @@ Personality builtin_personality() {
   p.max_srq_sge = caps::kMaxSrqSge;
   p.local_ca_ack_delay = caps::kLocalCaAckDelay;
   p.max_inline_data = caps::kMaxInlineData;
+  p.device_cap_flags = caps::kDeviceCapFlags;
+  p.max_pkeys = 0;  // the port's P_Key table: 1 on RoCE, 128 on InfiniBand
+  p.odp = true;
+  p.max_dm_size = caps::kMaxDmSize;
+  p.completion_timestamps = true;
+  p.max_mtu = caps::kMaxMtu;
+  p.gid_tbl_len = caps::kGidTblLen;
+  p.active_width = caps::kActiveWidth;
+  p.active_speed = caps::kActiveSpeed;
+  p.max_msg_sz = caps::kMaxMsgSz;
+  p.max_vl_num = caps::kMaxVlNum;
   p.queue_sizes_as_requested = false;
+  p.srq_resize = false;
+  // The [completions], [events], [post] and [mr] defaults of the struct are
+  // the IBTA's and ConnectX's.
   return p;
 }
 
@@ -233,15 +380,16 @@ bool parse_personality(std::string_view text, Personality* out, std::string* err
         return false;
       }
       p.name = *s;
-    } else if (key == "device" || key == "queues") {
+    } else if (std::find(std::begin(kTables), std::end(kTables), key) != std::end(kTables)) {
       const toml::table* t = v.as_table();
       if (!t) {
         *error = at_line(v) + key + " must be a table ([" + key + "])";
         return false;
       }
-      if (!(key == "device" ? parse_device(*t, &p, error) : parse_queues(*t, &p, error))) return false;
+      if (!parse_table(key, *t, &p, error)) return false;
     } else {
-      *error = at_line(v) + "unknown top-level key '" + key + "' (name, [device], [queues])";
+      *error = at_line(v) + "unknown top-level key '" + key +
+               "' (name, [device], [device_ex], [port], [queues], [qp], [completions], [events], [post], [mr])";
       return false;
     }
   }

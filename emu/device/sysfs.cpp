@@ -8,6 +8,7 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/device/identity.hpp"
+#include "emu/device/personality.hpp"
 
 namespace softverbs::emu {
 namespace {
@@ -56,7 +57,7 @@ void port_nodes(Builder& b, const ViewDevice& d, const std::string& port) {
   // Every slot of the table, as the kernel lists it: unused ones read as zeros;
   // their type and interface files exist but cannot be read (EINVAL) there, so
   // they are left out here.
-  for (int i = 0; i < caps::kGidTblLen; ++i) {
+  for (int i = 0; i < personality().gid_tbl_len; ++i) {
     ibv_gid gid{};
     ibv_gid_type type{};
     const bool used = gid_of(d.config.link_layer, d.addr, static_cast<uint32_t>(i), &gid, &type);

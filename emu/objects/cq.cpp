@@ -121,7 +121,8 @@ bool Cq::push(const ibv_wc& wc, bool solicited) {
     ++tail_;
     // An armed CQ raises one event: for any completion when armed with
     // solicited_only=0; only for solicited or failed ones otherwise (IBTA 11.4.2.2).
-    if (armed_ == 1 || (armed_ == 2 && (solicited || wc.status != IBV_WC_SUCCESS))) {
+    if (armed_ == 1 ||
+        (armed_ == 2 && (solicited || (wc.status != IBV_WC_SUCCESS && personality().error_wakes_solicited)))) {
       armed_ = 0;
       raise = true;
     }

@@ -11,6 +11,7 @@
 #include <new>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/objects/ops.hpp"
 
@@ -98,7 +99,9 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   if (ctx.device().fatal()) return fail<ibv_dm>(EIO);
   // mlx5: unknown comp_mask bits, then the device's max_dm_size.
   if (attr->comp_mask) return fail<ibv_dm>(EINVAL);
-  if (attr->length > caps::kMaxDmSize) return fail<ibv_dm>(EINVAL);
+  // A personality without device memory has no ibv_alloc_dm at all (rxe).
+  if (personality().max_dm_size == 0) return fail<ibv_dm>(EOPNOTSUPP);
+  if (attr->length > personality().max_dm_size) return fail<ibv_dm>(EINVAL);
   // mlx5_ib: the length rounded up to the allocation unit must not be 0, and the
   // alignment is bounded; a full device memory is ENOMEM.
   const uint64_t size = (attr->length + caps::kDmUnit - 1) & ~(caps::kDmUnit - 1);

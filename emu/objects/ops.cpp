@@ -94,6 +94,13 @@ ibv_cq_ex* op_create_cq_ex_unguarded(ibv_context* context, ibv_cq_init_attr_ex* 
     errno = EOPNOTSUPP;
     return nullptr;
   }
+  // A device without completion timestamps (the personality's [device_ex])
+  // refuses a CQ that asks for them, as rdma-core's rxe provider does.
+  constexpr uint64_t kTimestampFlags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  if ((attr->wc_flags & kTimestampFlags) && !personality().completion_timestamps) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   const uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
   if (flags & ~kSupportedCqFlags) {
     errno = EINVAL;  // as ConnectX
@@ -227,15 +234,20 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
   Context::from(context)->device().fill_device_attr(&full.orig_attr);
-  full.completion_timestamp_mask = UINT64_MAX;
-  full.hca_core_clock = kHcaCoreClockKhz;
+  const Personality& persona = personality();
+  if (persona.completion_timestamps) {
+    full.completion_timestamp_mask = UINT64_MAX;
+    full.hca_core_clock = kHcaCoreClockKhz;
+  }
   full.device_cap_flags_ex = full.orig_attr.device_cap_flags;
   full.phys_port_cnt_ex = caps::kPhysPortCnt;
-  full.max_dm_size = caps::kMaxDmSize;
-  full.odp_caps.general_caps = caps::kOdpGeneralCaps;
-  full.odp_caps.per_transport_caps.rc_odp_caps = caps::kOdpRcCaps;
-  full.odp_caps.per_transport_caps.uc_odp_caps = caps::kOdpUcCaps;
-  full.odp_caps.per_transport_caps.ud_odp_caps = caps::kOdpUdCaps;
+  full.max_dm_size = persona.max_dm_size;
+  if (persona.odp) {
+    full.odp_caps.general_caps = caps::kOdpGeneralCaps;
+    full.odp_caps.per_transport_caps.rc_odp_caps = caps::kOdpRcCaps;
+    full.odp_caps.per_transport_caps.uc_odp_caps = caps::kOdpUcCaps;
+    full.odp_caps.per_transport_caps.ud_odp_caps = caps::kOdpUdCaps;
+  }
   // Write no more than the caller's struct holds (older binaries pass a smaller one).
   std::memcpy(attr, &full, attr_size < sizeof full ? attr_size : sizeof full);
   return 0;

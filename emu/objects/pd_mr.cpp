@@ -1,5 +1,6 @@
 // Protection domains, memory regions and address handles: the objects, and
 // how a region becomes live (publish_mr).
+#include "emu/device/personality.hpp"
 #include "emu/objects/objects.hpp"
 
 namespace softverbs::emu {
@@ -13,7 +14,9 @@ ibv_mr* publish_mr(std::unique_ptr<Mr> mr) {
   try {
     const uint32_t key = ctx.device().register_mr(mr.get());
     mr->ibv()->lkey = key;
-    mr->ibv()->rkey = key;
+    // rxe hands a region without remote access rkey 0 (the personality's [mr]).
+    constexpr unsigned kRemote = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    mr->ibv()->rkey = personality().local_only_rkey_zero && !(mr->access() & kRemote) ? 0 : key;
   } catch (...) {
     ctx.handles.remove(handle);
     throw;

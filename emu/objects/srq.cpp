@@ -2,6 +2,7 @@
 #include <cerrno>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/objects/domain.hpp"
 #include "emu/objects/objects.hpp"
 #include "core/trace.hpp"
@@ -51,9 +52,22 @@ int Srq::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 
 int Srq::modify(ibv_srq_attr* attr, int attr_mask) {
   if (attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
-  // ConnectX cannot resize an SRQ (the device does not report IBV_DEVICE_SRQ_RESIZE).
-  if (attr_mask & IBV_SRQ_MAX_WR) return EINVAL;
+  // ConnectX cannot resize an SRQ (the device does not report
+  // IBV_DEVICE_SRQ_RESIZE); rxe can (the personality's queues.srq_resize).
+  const Personality& persona = personality();
+  if ((attr_mask & IBV_SRQ_MAX_WR) && !persona.srq_resize) return EINVAL;
   std::lock_guard lock(mu);
+  if (attr_mask & IBV_SRQ_MAX_WR) {
+    // rxe_srq_chk_attr: within max_srq_wr, not below the armed limit; the
+    // queue then holds 2^n - 1 as at creation (queues.written_back), and
+    // cannot shrink below the receives it holds. A parent domain's buffer
+    // cannot grow.
+    if (attr->max_wr == 0 || attr->max_wr > static_cast<uint32_t>(persona.max_srq_wr)) return EINVAL;
+    if (limit && attr->max_wr < limit) return EINVAL;
+    if (queue_mem.data()) return EINVAL;
+    const uint32_t depth = persona.queue_sizes_as_requested ? rxe_like_depth(attr->max_wr) : attr->max_wr;
+    if (int err = rq.resize(depth)) return err;
+  }
   if (attr_mask & IBV_SRQ_LIMIT) {
     if (attr->srq_limit > rq.capacity()) return EINVAL;
     limit = attr->srq_limit;  // arms the limit event; 0 disarms it

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "emu/device/fault_actions.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/objects/objects.hpp"
@@ -158,7 +159,8 @@ void Qp::check_drained_locked() {
   if (req_.tx_offset != 0 || comp_.unacked_psn != req_.sent_end_psn) return;
   if (first_unacked_locked() < std::min(req_.tx_index, sq_.size())) return;
   attr_.sq_draining = 0;
-  if (attr_.en_sqd_async_notify) {
+  // rxe raises the event at every drain (the personality's [events]).
+  if (attr_.en_sqd_async_notify || personality().sq_drained_always) {
     ibv_async_event ev{};
     ev.element.qp = ibv();
     ev.event_type = IBV_EVENT_SQ_DRAINED;
@@ -412,7 +414,7 @@ CompStep Qp::comp_do_atomic_locked(CompContext& c) {
   if (!resolve_sges(device(), pd_, sq_.sges_at(c.index), w.num_sge, 0, 8, IBV_ACCESS_LOCAL_WRITE, spans)) {
     mr_lock.unlock();
     c.failed = &w;
-    c.status = IBV_WC_LOC_PROT_ERR;
+    c.status = personality().bad_lkey;  // an SGE no region covers
     return CompStep::error;
   }
   scatter(spans, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&orig), 8));
@@ -441,7 +443,7 @@ CompStep Qp::comp_do_read_locked(CompContext& c) {
   if (len && !resolve_sges(device(), pd_, sq_.sges_at(c.index), w.num_sge, offset, len, IBV_ACCESS_LOCAL_WRITE,
                            spans)) {
     mr_lock.unlock();
-    c.status = IBV_WC_LOC_PROT_ERR;
+    c.status = personality().bad_lkey;  // an SGE no region covers
     return CompStep::error;
   }
   scatter(spans, c.pkt.payload);

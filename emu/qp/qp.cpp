@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "core/trace.hpp"
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/provider.hpp"
 #include "emu/device/fault_actions.hpp"
@@ -52,8 +53,9 @@ std::optional<EarlyPost> parse_early_post(const char* text) {
 
 EarlyPost early_post_policy() {
   static const EarlyPost policy = [] {
+    // Unset: the personality's post.before_rts (queue for ConnectX, refuse for rxe).
     const char* text = env::post_before_rts();
-    if (!text) return EarlyPost::queue;
+    if (!text) return personality().before_rts_refused ? EarlyPost::refuse : EarlyPost::queue;
     const std::optional<EarlyPost> p = parse_early_post(text);
     if (!p) SV_LOG(kError, "SOFTVERBS_POST_BEFORE_RTS=%s: expected queue or refuse; using queue", text);
     return p.value_or(EarlyPost::queue);
@@ -62,6 +64,9 @@ EarlyPost early_post_policy() {
 }
 
 namespace {
+
+// The states in which a send waits for RTS (or is refused, EarlyPost::refuse).
+bool before_rts(ibv_qp_state s) { return s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR; }
 
 // One buffer holds both queues, as a ConnectX QP buffer does: the send ring,
 // then (aligned) the receive ring.
@@ -165,7 +170,8 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   if (has(IBV_QP_QKEY)) attr_.qkey = attr->qkey;
   if (has(IBV_QP_ACCESS_FLAGS)) attr_.qp_access_flags = attr->qp_access_flags;
   if (has(IBV_QP_AV)) attr_.ah_attr = attr->ah_attr;
-  if (has(IBV_QP_PATH_MTU)) attr_.path_mtu = attr->path_mtu;
+  // path_mtu 0, which only an rxe personality lets through, keeps the port's MTU.
+  if (has(IBV_QP_PATH_MTU)) attr_.path_mtu = attr->path_mtu ? attr->path_mtu : device().active_mtu();
   if (has(IBV_QP_DEST_QPN)) attr_.dest_qp_num = attr->dest_qp_num;
   if (has(IBV_QP_RQ_PSN)) attr_.rq_psn = attr->rq_psn & 0xffffff;
   if (has(IBV_QP_MAX_DEST_RD_ATOMIC)) attr_.max_dest_rd_atomic = attr->max_dest_rd_atomic;
@@ -325,7 +331,8 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     // keeps the receive for later unless posts before RTS are refused.
     // Neither XRC QP has one: receives are posted to XRC SRQs.
     if (srq_ || is_xrc() || (state == IBV_QPS_RESET && early_post_ == EarlyPost::refuse)) {
-      *bad_wr = wr;
+      // rxe's kernel refuses these and leaves bad_wr alone (post.bad_wr_on_refusal).
+      if (personality().bad_wr_on_refusal || is_xrc()) *bad_wr = wr;
       return EINVAL;
     }
     if (int rc = post_recv_wqe(rq_, *wr)) {
@@ -336,8 +343,9 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       rq_.back().trace_id = trace::wr_posted(device().clock(), device().name(), "post_recv", qpn(), wr->wr_id, "RECV",
                                              rq_.back().total_length);
   }
-  // Work requests posted to a QP in the error state complete at once, flushed.
-  if (state == IBV_QPS_ERR) flush_locked();
+  // Work requests posted to a QP in the error state complete at once, flushed
+  // (rxe: they never complete, completions.flush_posted_in_error).
+  if (state == IBV_QPS_ERR && personality().flush_posted_in_error) flush_locked();
   return 0;
 }
 
@@ -359,7 +367,10 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad_wr, bool bind_verb) {
     rc = wr == fail_at ? fail_errno : check_send_locked(state, *wr, 0, &c, bind_verb);
     if (!rc) rc = sq_.reserve();  // the ring, at the first post
     if (rc) {
-      *bad_wr = wr;
+      // rxe leaves bad_wr alone when it refuses a send before RTS.
+      if (!(rc == EINVAL && wr != fail_at && before_rts(state) && early_post_ == EarlyPost::refuse &&
+            !personality().bad_wr_on_refusal))
+        *bad_wr = wr;
       break;
     }
     enqueue_send_locked(*wr, c.total, c.is_inline, c.ud_dest);
@@ -432,8 +443,10 @@ int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t qu
 }
 
 void Qp::after_post_send_locked(ibv_qp_state state) {
-  if (state == IBV_QPS_ERR || state == IBV_QPS_SQE) {
+  if (state == IBV_QPS_SQE || (state == IBV_QPS_ERR && personality().flush_posted_in_error)) {
     flush_locked();
+  } else if (state == IBV_QPS_ERR) {
+    // rxe: work posted in the error state stays queued and never completes.
   } else {
     requester_locked();
   }
@@ -530,8 +543,9 @@ void Qp::enter_error_locked() {
   attr_.cur_qp_state = IBV_QPS_ERR;
   handle_.pub.qp_base.state = IBV_QPS_ERR;
   flush_locked();
-  if (srq_) {
-    // IBTA 10.3.1: a QP attached to an SRQ reports its last WQE once in error.
+  if (srq_ && personality().event_last_wqe_reached) {
+    // IBTA 10.3.1: a QP attached to an SRQ reports its last WQE once in error
+    // (rxe never does: the personality's [events]).
     ibv_async_event ev{};
     ev.element.qp = ibv();
     ev.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;

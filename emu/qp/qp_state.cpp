@@ -1,5 +1,7 @@
 #include "emu/qp/qp_state.hpp"
 
+#include "emu/device/personality.hpp"
+
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -450,6 +452,9 @@ QpAttrLimits make_qp_attr_limits(const ibv_device_attr& dev, const ibv_port_attr
 //   rxe     = kernel drivers/infiniband/sw/rxe/rxe_qp.c, rxe_qp_chk_attr()
 int validate_qp_attr_values(const ibv_qp_attr& attr, std::uint32_t attr_mask,
                             const QpAttrLimits& lim, std::uint8_t qp_port) noexcept {
+  // rxe does not range-check the P_Key indexes, retry_cnt and min_rnr_timer,
+  // and takes path_mtu 0 (the personality's qp.validate_attributes).
+  const bool strict = personality().validate_qp_attributes;
   // States beyond ERR (uverbs).
   if ((attr_mask & IBV_QP_STATE) && !raw_state_is_valid(raw_enum(attr.qp_state))) return EINVAL;
   if ((attr_mask & IBV_QP_CUR_STATE) && !raw_state_is_valid(raw_enum(attr.cur_qp_state)))
@@ -482,12 +487,12 @@ int validate_qp_attr_values(const ibv_qp_attr& attr, std::uint32_t attr_mask,
     if (!port_is_valid(attr.alt_port_num, lim)) return EINVAL;
     if (attr.alt_ah_attr.port_num != attr.alt_port_num) return EINVAL;
     if (int err = validate_ah_attr(attr.alt_ah_attr, lim)) return err;
-    if (attr.alt_pkey_index >= lim.pkey_tbl_len) return EINVAL;
+    if (attr.alt_pkey_index >= lim.pkey_tbl_len && strict) return EINVAL;
     if (attr.alt_timeout > kMaxTimeout) return EINVAL;
   }
 
   // pkey_index inside the P_Key table (mlx5: >= pkey_table_len is EINVAL).
-  if ((attr_mask & IBV_QP_PKEY_INDEX) && attr.pkey_index >= lim.pkey_tbl_len) return EINVAL;
+  if ((attr_mask & IBV_QP_PKEY_INDEX) && attr.pkey_index >= lim.pkey_tbl_len && strict) return EINVAL;
 
   // qkey: any 32-bit value is accepted.
 
@@ -497,7 +502,8 @@ int validate_qp_attr_values(const ibv_qp_attr& attr, std::uint32_t attr_mask,
   // and a larger path MTU could never be delivered.
   if (attr_mask & IBV_QP_PATH_MTU) {
     const std::int64_t mtu = raw_enum(attr.path_mtu);
-    if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096) return EINVAL;
+    // rxe takes 0 (Qp::modify then keeps the port's active MTU).
+    if ((mtu < IBV_MTU_256 || mtu > IBV_MTU_4096) && (strict || mtu != 0)) return EINVAL;
     if (mtu > raw_enum(lim.active_mtu)) return EINVAL;
   }
 
@@ -508,12 +514,12 @@ int validate_qp_attr_values(const ibv_qp_attr& attr, std::uint32_t attr_mask,
   // Retry counters: 3-bit fields in IBTA. Neither mlx5 nor rxe range-check
   // them (mlx5 would spill into neighbouring context bits); we refuse rather
   // than truncate.
-  if ((attr_mask & IBV_QP_RETRY_CNT) && attr.retry_cnt > kMaxRetryCnt) return EINVAL;
+  if ((attr_mask & IBV_QP_RETRY_CNT) && attr.retry_cnt > kMaxRetryCnt && strict) return EINVAL;
   if ((attr_mask & IBV_QP_RNR_RETRY) && attr.rnr_retry > kMaxRnrRetry) return EINVAL;
 
   // Minimum RNR NAK timer: 5-bit encoding (IBTA Table "Encoding for RNR NAK
   // Timer Field"); not range-checked by mlx5 or rxe.
-  if ((attr_mask & IBV_QP_MIN_RNR_TIMER) && attr.min_rnr_timer > kMaxMinRnrTimer) return EINVAL;
+  if ((attr_mask & IBV_QP_MIN_RNR_TIMER) && attr.min_rnr_timer > kMaxMinRnrTimer && strict) return EINVAL;
 
   // Initiator depth against max_qp_init_rd_atom, responder resources against
   // max_qp_rd_atom. mlx5 does exactly this (log_max_ra_res_qp /

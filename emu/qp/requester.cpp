@@ -7,6 +7,7 @@
 
 #include "emu/device/caps.hpp"
 #include "emu/device/identity.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/qp/qp.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/memory/window.hpp"
@@ -183,7 +184,7 @@ bool Qp::send_ud_locked() {
       static thread_local std::vector<std::span<uint8_t>> spans;
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, 0, w.total_length, 0, spans)) {
         mr_lock.unlock();
-        fail_send_locked(&w, IBV_WC_LOC_PROT_ERR);
+        fail_send_locked(&w, personality().bad_lkey);  // an SGE no region covers
         return false;
       }
       for (auto& sp : spans) payload.emplace_back(sp.data(), sp.size());
@@ -279,7 +280,7 @@ bool Qp::may_start_locked(SendWqe& w) {
     const uint32_t max_rd = std::max<uint32_t>(1, attr_.max_rd_atomic);
     if (is_read_or_atomic(w.opcode) && reads >= max_rd) return false;
   }
-  if (w.total_length > caps::kMaxMsgSz) {
+  if (w.total_length > personality().max_msg_sz) {
     fail_send_locked(&w, IBV_WC_LOC_LEN_ERR);
     return false;
   }
@@ -361,7 +362,7 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
       static thread_local std::vector<std::span<uint8_t>> spans;
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, req_.tx_offset, len, 0, spans)) {
         mr_lock.unlock();
-        fail_send_locked(&w, IBV_WC_LOC_PROT_ERR);
+        fail_send_locked(&w, personality().bad_lkey);  // an SGE no region covers
         return false;
       }
       for (auto& s : spans) payload.emplace_back(s.data(), s.size());

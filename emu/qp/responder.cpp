@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "emu/device/caps.hpp"
+#include "emu/device/personality.hpp"
 #include "emu/memory/sge.hpp"
 #include "emu/memory/window.hpp"
 #include "emu/qp/qp.hpp"
@@ -92,6 +93,8 @@ void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32
     wc.invalidated_rkey = imm;
   }
   if (device().link_layer() == LinkLayer::kInfiniBand) wc.slid = attr_.ah_attr.dlid;
+  // Every RoCE packet carries a GRH; rxe says so on RC and UC receives too.
+  else if (personality().grh_on_connected) wc.wc_flags |= IBV_WC_GRH;
   wc.sl = attr_.ah_attr.sl;
   resp_.rcv.active = false;
   resp_.rcv.offset = 0;
@@ -99,17 +102,31 @@ void Qp::complete_recv_locked(ibv_wc_status status, ibv_wc_opcode opcode, uint32
 }
 
 void Qp::responder_error_locked(const RespErrorRow& e, uint32_t psn) {
+  // Where adapters differ from the table, the personality's [completions] and
+  // [events] decide: the NAK (so the sender's status), the receiver's status,
+  // and whether the access error is reported at all.
+  const Personality& persona = personality();
+  wire::NakCode nak = e.nak;
+  ibv_wc_status status = e.recv_status;
+  if (e.step == RespStep::err_length) {
+    status = persona.recv_too_small_receiver;
+    if (persona.recv_too_small_sender == IBV_WC_REM_OP_ERR) nak = wire::NakCode::remote_operational_error;
+  } else if (e.step == RespStep::err_local_protection) {
+    status = persona.bad_lkey;
+  }
   if (responder_reliable()) {
     device().counters().naks_sent.fetch_add(1, std::memory_order_relaxed);
-    send_ack_locked(Aeth::nak(resp_.msn, e.nak), psn);
+    send_ack_locked(Aeth::nak(resp_.msn, nak), psn);
   }
-  if (resp_.rcv.active) complete_recv_locked(e.recv_status, IBV_WC_RECV, 0, false, 0, false, false);
+  if (resp_.rcv.active) complete_recv_locked(status, IBV_WC_RECV, 0, false, 0, false, false);
   // The responder's QP reports the error as an affiliated asynchronous event and
   // goes to the error state (IBTA 10.8.3.3, 11.6.3).
-  ibv_async_event ev{};
-  ev.element.qp = ibv();
-  ev.event_type = e.event;
-  context().post_async_event(ev);
+  if (e.event != IBV_EVENT_QP_ACCESS_ERR || persona.event_qp_access_err) {
+    ibv_async_event ev{};
+    ev.element.qp = ibv();
+    ev.event_type = e.event;
+    context().post_async_event(ev);
+  }
   enter_error_locked();
 }
 
@@ -389,7 +406,7 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
       if (r.op.starts_message()) {
         resp_.wr = ResponderState::Writing{pkt.reth.va, pkt.reth.rkey, pkt.reth.dma_len, pkt.reth.dma_len};
         RespStep err = RespStep::check_resources;
-        if (pkt.reth.dma_len > caps::kMaxMsgSz) {
+        if (pkt.reth.dma_len > personality().max_msg_sz) {
           err = RespStep::err_invalid_request;
         } else if (pkt.reth.dma_len && !check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, resp_.wr.rkey,
                                                    resp_.wr.va, resp_.wr.total, IBV_ACCESS_REMOTE_WRITE)) {
@@ -404,7 +421,7 @@ RespStep Qp::resp_check_rkey_locked(RespContext& r) {
       return RespStep::check_resources;
     case OpClass::rdma_read_request: {
       const uint64_t len = pkt.reth.dma_len;
-      if (len > caps::kMaxMsgSz) return RespStep::err_invalid_request;
+      if (len > personality().max_msg_sz) return RespStep::err_invalid_request;
       if (len && !check_rkey(device(), access_pd(), qpn(), attr_.qp_access_flags, pkt.reth.rkey, pkt.reth.va, len,
                              IBV_ACCESS_REMOTE_READ))
         return RespStep::err_remote_access;
@@ -487,7 +504,10 @@ RespStep Qp::resp_execute_send_locked(RespContext& r) {
       // QP's PD bound to this QP can be; anything else, an ordinary region's
       // rkey included, is an invalid request.
       std::unique_lock excl(device().mr_lock());
-      if (!invalidate_window(device(), access_pd(), qpn(), pkt.ieth.rkey, Invalidation::remote))
+      // rxe completes one naming a region's rkey and leaves the region alone
+      // (the personality's completions.send_inv_of_region).
+      if (!invalidate_window(device(), access_pd(), qpn(), pkt.ieth.rkey, Invalidation::remote) &&
+          (personality().send_inv_of_region_fails || !device().find_mr_locked(pkt.ieth.rkey)))
         return RespStep::err_invalid_request;
     }
     resp_.msn = psn_add(resp_.msn, 1);

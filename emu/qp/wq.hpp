@@ -6,6 +6,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -154,6 +155,41 @@ class WorkQueue {
       return ENOMEM;
     }
     place(own_.get());
+    return 0;
+  }
+
+  // A new depth for a queue that owns its buffer (an SRQ resized with
+  // IBV_SRQ_MAX_WR, where the personality allows it): the outstanding entries
+  // keep their positions, so head_position() stays meaningful. EINVAL below the
+  // entries outstanding or for storage the caller owns; ENOMEM with the queue
+  // unchanged.
+  int resize(uint32_t max_wr) noexcept {
+    if (max_wr == 0 || max_wr < size() || (wqes_ && !own_)) return EINVAL;
+    if (!wqes_) {  // no ring yet: reserve() sizes it
+      max_wr_ = max_wr;
+      return 0;
+    }
+    std::unique_ptr<uint8_t[]> buf;
+    try {
+      buf.reset(new uint8_t[bytes_for(max_wr, max_sge_, max_inline_)]);
+    } catch (const std::bad_alloc&) {
+      return ENOMEM;
+    }
+    WorkQueue bigger(max_wr, max_sge_, max_inline_, buf.get());
+    for (uint64_t n = head_; n != tail_; ++n) {
+      const uint32_t from = index(n);
+      const uint32_t to = bigger.index(n);
+      bigger.wqes_[to] = wqes_[from];
+      std::copy_n(&sges_[static_cast<size_t>(from) * max_sge_], max_sge_, &bigger.sges_[static_cast<size_t>(to) * max_sge_]);
+      if (max_inline_)
+        std::copy_n(&inline_[static_cast<size_t>(from) * max_inline_], max_inline_,
+                    &bigger.inline_[static_cast<size_t>(to) * max_inline_]);
+    }
+    max_wr_ = max_wr;
+    wqes_ = bigger.wqes_;
+    sges_ = bigger.sges_;
+    inline_ = bigger.inline_;
+    own_ = std::move(buf);
     return 0;
   }
 

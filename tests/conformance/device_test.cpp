@@ -426,5 +426,59 @@ TEST_P(DeviceTest, GetPkeyIndex) {
   EXPECT_EQ(errno, ENOENT);
 }
 
+// What the device reports, as observations only (never a failure): the
+// attributes a personality file holds (docs/simulation.md, "Vendor
+// personalities"), which `scripts/divergence.py personality` turns into one.
+class DeviceAttributesTest : public VerbsCqTest {};
+
+TEST_P(DeviceAttributesTest, Observed) {
+  const ibv_device_attr& d = dattr_;
+  observe("device.fw_ver", d.fw_ver);
+  const std::pair<const char*, uint64_t> device[] = {
+      {"vendor_id", d.vendor_id}, {"vendor_part_id", d.vendor_part_id}, {"hw_ver", d.hw_ver},
+      {"max_mr_size", d.max_mr_size}, {"page_size_cap", d.page_size_cap}, {"max_qp", uint64_t(d.max_qp)},
+      {"max_qp_wr", uint64_t(d.max_qp_wr)}, {"device_cap_flags", d.device_cap_flags},
+      {"max_sge", uint64_t(d.max_sge)}, {"max_sge_rd", uint64_t(d.max_sge_rd)}, {"max_cq", uint64_t(d.max_cq)},
+      {"max_cqe", uint64_t(d.max_cqe)}, {"max_mr", uint64_t(d.max_mr)}, {"max_pd", uint64_t(d.max_pd)},
+      {"max_qp_rd_atom", uint64_t(d.max_qp_rd_atom)}, {"max_res_rd_atom", uint64_t(d.max_res_rd_atom)},
+      {"max_qp_init_rd_atom", uint64_t(d.max_qp_init_rd_atom)}, {"max_mw", uint64_t(d.max_mw)},
+      {"max_ah", uint64_t(d.max_ah)}, {"max_mcast_grp", uint64_t(d.max_mcast_grp)},
+      {"max_mcast_qp_attach", uint64_t(d.max_mcast_qp_attach)},
+      {"max_total_mcast_qp_attach", uint64_t(d.max_total_mcast_qp_attach)}, {"max_srq", uint64_t(d.max_srq)},
+      {"max_srq_wr", uint64_t(d.max_srq_wr)}, {"max_srq_sge", uint64_t(d.max_srq_sge)},
+      {"max_pkeys", d.max_pkeys}, {"local_ca_ack_delay", d.local_ca_ack_delay},
+  };
+  for (const auto& [name, value] : device) observe(std::string("device.") + name, value);
+  observe("device.atomic_cap", d.atomic_cap == IBV_ATOMIC_NONE  ? "none"
+                               : d.atomic_cap == IBV_ATOMIC_HCA ? "hca"
+                                                                : "glob");
+  observe("port.max_mtu", 128u << pattr_.max_mtu);
+  observe("port.gid_tbl_len", pattr_.gid_tbl_len);
+  observe("port.active_width", unsigned(pattr_.active_width));
+  observe("port.active_speed", unsigned(pattr_.active_speed));
+  observe("port.max_msg_sz", pattr_.max_msg_sz);
+  observe("port.max_vl_num", unsigned(pattr_.max_vl_num));
+  ibv_device_attr_ex ex{};
+  if (ibv_query_device_ex(ctx_, nullptr, &ex) == 0) {
+    observe("device_ex.odp_general_caps", ex.odp_caps.general_caps);
+    observe("device_ex.max_dm_size", ex.max_dm_size);
+    observe("device_ex.hca_core_clock", ex.hca_core_clock);
+  }
+  // The receive depth create writes back and the one query reports, for 5 asked.
+  ibv_qp_init_attr init = qp_init_attr(IBV_QPT_RC, cq_.get());
+  init.cap.max_recv_wr = 5;
+  Qp qp(ibv_create_qp(pd_, &init));  // make_qp takes a copy: the written-back caps are here
+  if (qp) {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr queried{};
+    if (ibv_query_qp(qp.get(), &attr, IBV_QP_CAP, &queried) == 0) {
+      observe("queues.created_max_recv_wr", init.cap.max_recv_wr);
+      observe("queues.queried_max_recv_wr", queried.cap.max_recv_wr);
+    }
+  }
+}
+
+CONFORMANCE_INSTANTIATE(DeviceAttributesTest);
+
 }  // namespace
 }  // namespace conformance

@@ -132,6 +132,8 @@ TEST_P(ErrorTest, BadLkeyInALaterSgeOfAMultiPacketSendRc) {
   ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w));
   std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 1);
   ASSERT_EQ(wc.size(), 1u);
+  // scripts/divergence.py personality reads it (completions.bad_lkey).
+  observe("bad_lkey.status", ibv_wc_status_str(wc[0].status));
   check_wc(wc[0], WcExpect::error(1, IBV_WC_LOC_PROT_ERR, p.a.qpn()));
   EXPECT_EQ(query_state(p.a.qp.get()), IBV_QPS_ERR);
   expect_no_wc(p.b.rcq.get());
@@ -269,10 +271,13 @@ TEST_P(ErrorTest, ReceiveBufferTooSmallRc) {
     ASSERT_NO_FATAL_FAILURE(post_send_ok(p.a.qp.get(), &w0));
     std::vector<ibv_wc> wc = expect_wcs(p.a.scq.get(), 2);
     ASSERT_EQ(wc.size(), 2u);
+    // scripts/divergence.py personality reads both (completions.recv_too_small_*).
+    observe("recv_too_small.sender", ibv_wc_status_str(wc[0].status));
     check_wc(wc[0], WcExpect::error(1, IBV_WC_REM_INV_REQ_ERR, p.a.qpn()));
     check_wc(wc[1], WcExpect::error(2, IBV_WC_WR_FLUSH_ERR, p.a.qpn()));
     wc = expect_wcs(p.b.rcq.get(), 3);
     ASSERT_EQ(wc.size(), 3u);
+    observe("recv_too_small.receiver", ibv_wc_status_str(wc[0].status));
     check_wc(wc[0], WcExpect::error(10, IBV_WC_LOC_LEN_ERR, p.b.qpn()));
     check_wc(wc[1], WcExpect::error(11, IBV_WC_WR_FLUSH_ERR, p.b.qpn()));
     check_wc(wc[2], WcExpect::error(12, IBV_WC_WR_FLUSH_ERR, p.b.qpn()));

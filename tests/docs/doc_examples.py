@@ -258,6 +258,16 @@ TESTS = {
                                "and lossy pair")},
         expect=[r"nodes 16, RC QPs 240, messages 960 of 4096 bytes: all completed",
                 r"virtual time \d+ ns, topology drops: loss [1-9]\d*, mtu 0"]),
+    # docs/simulation.md, "Vendor personalities": a personality seeded from a
+    # divergence report, then ibv_devinfo on it. This machine has no adapter to
+    # report on: the report is the checked-in one of an rxe device.
+    "simulation_seed_personality": Test(
+        examples=[("docs/simulation.md",
+                   "scripts/divergence.py personality build/divergence/hw.json --name mynic > mynic.toml")],
+        subst=[("build/divergence/hw.json", "tests/report/fixtures/hw_rxe.json",
+                "no RDMA adapter here: a report of rxe (tests/report/fixtures) stands for the adapter's")],
+        after=["grep -q '^name = \"mynic\"' mynic.toml", "grep -q '^bad_lkey = \"loc_qp_op_err\"' mynic.toml"],
+        expect=[r"vendor_id:\s+0xffffff", r"max_qp_wr:\s+1048576", r"max_msg_sz:\s+0x800000"]),
     # docs/wire.md, "Reading a capture": tshark on a capture of an ibv_rc_pingpong pair.
     "wire_tshark": Test(
         examples=[("docs/wire.md", "tshark --disable-heuristic rpcrdma_infiniband -r FILE -V")],

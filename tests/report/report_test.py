@@ -3,7 +3,9 @@
 
   report_test.py fixtures --script S --fixtures DIR
       compare on the checked-in reports fixtures/a.json and fixtures/b.json,
-      which differ in exactly one verdict and one observed value.
+      which differ in exactly one verdict and one observed value; and
+      `personality` on fixtures/hw_rxe.json, which must give fixtures/seeded.toml
+      (tests/unit/personality_test.cpp checks that file loads as a personality).
   report_test.py emu --script S --build DIR [--hwtest-lib PATH]
       run on emu (and hw-over-emu when the hw-test library exists) for a small
       filter, compare of the generated reports, the no-device case.
@@ -103,6 +105,25 @@ def test_fixtures(args):
         check(p.returncode == 2, "--pair with an unknown device is an error (exit %d)" % p.returncode)
         p = script(args, "compare", a, os.path.join(args.fixtures, "expected_compare.txt"))
         check(p.returncode == 2, "a file that is not a report is an error (exit %d)" % p.returncode)
+
+    test_personality(args)
+
+
+def test_personality(args):
+    rxe = os.path.join(args.fixtures, "hw_rxe.json")
+    with open(os.path.join(args.fixtures, "seeded.toml")) as f:
+        expected = f.read()
+    p = script(args, "personality", rxe, "--name", "rxe-seeded")
+    check(p.returncode == 0, "personality exits 0 (got %d)" % p.returncode)
+    check(p.stdout == expected, "personality's output is fixtures/seeded.toml exactly")
+    p = script(args, "personality", rxe, "--device", "mlx5_0")
+    check(p.returncode == 2 and "no device 'mlx5_0'" in p.stderr, "personality of an unknown device exits 2")
+    p = script(args, "personality", rxe, "--name", "Bad Name")
+    check(p.returncode == 2 and "--name" in p.stderr, "personality with a bad name exits 2")
+    # A report of emulated devices without the attributes test: only a header and the name.
+    p = script(args, "personality", os.path.join(args.fixtures, "a.json"), "--name", "x")
+    check(p.returncode == 0 and p.stdout.rstrip().endswith('name = "x"'),
+          "a report that observed nothing gives a file of defaults")
 
 
 def load(path):
