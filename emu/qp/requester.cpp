@@ -421,6 +421,20 @@ void Qp::retransmit_from_locked(uint32_t psn) {
 }
 
 void Qp::on_timer() {
+  // The ACK timer is not cancelled when everything is acknowledged (a heap entry
+  // stays; see arm_timer_locked), so most expiries of an idle QP find nothing to
+  // time. Those return here without draining the device: the drain (a blocking
+  // receive lock and the socket reads) once per idle QP per timeout made the
+  // progress thread's work grow with the number of QPs (docs/performance.md,
+  // "Flat at scale").
+  {
+    std::lock_guard lock(mu_);
+    const bool sending = attr_.qp_state == IBV_QPS_RTS || attr_.qp_state == IBV_QPS_SQD;
+    if (!error_pending_ && sending && !req_.rnr_waiting && comp_.unacked_psn == req_.sent_end_psn) {
+      if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
+      return;
+    }
+  }
   // Responses may be waiting in this device's own receive queue, behind a backlog
   // the application has not drained: process them first, so that a response that
   // has arrived is never counted as a missing one (on a NIC, arrival and
