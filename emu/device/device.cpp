@@ -409,7 +409,9 @@ void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler&
     outside = std::make_unique<fabric::OutsideLink>(*host, fabric::VirtualScheduler::instance());
     beyond = outside.get();
   }
-  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), dev.scheduler(), beyond);
+  // Under virtual time every in-process packet is a step of the virtual
+  // scheduler, so none goes without bytes (fabric::Link::send_direct).
+  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), dev.scheduler(), beyond, !fabric::virtual_clock());
   auto tap = std::make_unique<fabric::TapLink>(*local, dev.addr(), dev.counters(), dev.clock(),
                                                wire::PcapWriter::instance(), &hub_);
   auto faulty = std::make_unique<fabric::FaultyLink>(*tap, dev.packet_filter(), dev.scheduler(),

@@ -49,6 +49,7 @@ void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
                             uint8_t tos) {
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
+  if (h.bth.dest_qp != wire::kMulticastQpn && transmit_direct_locked(dest, h, payload, tos)) return;
   Device& dev = device();
   // To a device of this process, with no capture to show it, the ICRC is not
   // computed (fabric::Link::needs_icrc); the multicast QPN always gets one,
@@ -123,6 +124,7 @@ void Qp::trace_timer_locked(std::string_view which, std::string_view what, Clock
 }
 
 void Qp::requester_locked() {
+  DirectScope scope(this);
   const ibv_qp_state s = attr_.qp_state;
   bool sent = false;
   if (s == IBV_QPS_RTS) {
@@ -135,6 +137,8 @@ void Qp::requester_locked() {
   // The local ACK timeout runs from the last packet sent: armed once per burst,
   // which is one clock read, not one per packet.
   if (sent && requester_reliable()) arm_timer_locked();
+  // Answers that came back through the inbox meanwhile (direct deliveries).
+  drain_direct_locked();
 }
 
 void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {

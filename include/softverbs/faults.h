@@ -69,6 +69,9 @@ struct softverbs_counters {
   uint64_t rnr_retry_exceeded;  /* ... with IBV_WC_RNR_RETRY_EXC_ERR */
   uint64_t sends_completed;     /* send work requests completed successfully, signaled or not */
   uint64_t recvs_completed;     /* receive work requests completed successfully */
+  /* Of rx_packets: those a device of this process handed over without packet bytes
+   * (the in-process fast path, docs/architecture.md "Progress, threads and speed"). */
+  uint64_t rx_direct;
 };
 
 /* Fills *out (at most size bytes) for the emulated device of that name.
