@@ -63,11 +63,11 @@ void Qp::stash_direct(const PacketView& pkt, in_addr src) {
   e.bytes.assign(pkt.payload.begin(), pkt.payload.end());
 }
 
-void Qp::drain_direct_locked() {
+void Qp::drain_direct_locked(size_t at_least) {
   // In arrival order, including what arrives meanwhile (answers to what the
   // QP sends while it takes these); receive_locked's own requester_locked
   // does not drain again, so this loop is the only one.
-  if (direct_draining || direct_scope != this || inbox_size == 0) return;
+  if (direct_draining || direct_scope != this || inbox_size < at_least || inbox_size == 0) return;
   direct_draining = true;
   for (size_t i = 0; i < inbox_size; ++i) {
     PacketView view = inbox[i].view;

@@ -306,8 +306,9 @@ class Qp {
    private:
     Qp* qp_;
   };
-  // Takes the inbox's packets (requester.cpp), in order, under mu_.
-  void drain_direct_locked();
+  // Takes the inbox's packets (direct.cpp), in order, under mu_, if there are
+  // at least `at_least`.
+  void drain_direct_locked(size_t at_least = 1);
 
   // ---- shared parts: attributes, queues, lock ------------------------------
   Handle<ibv_qp_ex, Qp> handle_;

@@ -33,6 +33,9 @@ constexpr uint32_t kReadChunkPackets = 32;
 // Floor of the local ACK timeout: software on a loaded host cannot answer within
 // microseconds, so shorter timeouts would only cause spurious retransmissions.
 constexpr auto kMinAckTimeout = std::chrono::milliseconds(1);
+// Answers in the direct-delivery inbox (direct.cpp) that make the requester
+// take them before it sends on.
+constexpr size_t kInboxBurst = 8;
 
 }  // namespace
 
@@ -128,7 +131,14 @@ void Qp::requester_locked() {
   const ibv_qp_state s = attr_.qp_state;
   bool sent = false;
   if (s == IBV_QPS_RTS) {
-    while (send_next_packet_locked()) sent = true;
+    // Answers that came back directly are taken every few packets, between
+    // two of them (the requester's state is whole there), so the inbox stays
+    // small enough to stay in the cache: a burst of RDMA READ responses is a
+    // window of MTU-sized copies.
+    while (send_next_packet_locked()) {
+      sent = true;
+      drain_direct_locked(kInboxBurst);
+    }
   } else if (s == IBV_QPS_SQD) {
     // Draining: finish the message under way, start none.
     while (req_.tx_offset > 0 && send_next_packet_locked()) sent = true;
