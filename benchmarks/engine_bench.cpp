@@ -476,6 +476,114 @@ void BM_OutstandingWr(benchmark::State& state) {
 }
 BENCHMARK(BM_OutstandingWr)->RangeMultiplier(4)->Range(1, kDeepSendWr)->UseRealTime();
 
+// The in-process message rate with batching on every verb: 64-byte inline RC
+// SENDs posted as lists of kBatch work requests per ibv_post_send (a new list
+// whenever kBatch have completed), up to `window` outstanding, completions
+// polled kBatch at a time on both CQs, receives reposted as lists of kBatch.
+// items/s = send completions per second; cpu_ns_per_wr as in stream().
+void BM_MsgRate64BBatch(benchmark::State& state) {
+  if (!usable(state)) return;
+  constexpr uint32_t kBatch = 32;
+  constexpr uint32_t kSize = 64;
+  const auto window = static_cast<uint32_t>(state.range(0));
+  Side& a = g.a;
+  Side& b = g.b;
+  if (b.posted_recvs < kMaxRecvWr && !post_recvs(b, kMaxRecvWr - b.posted_recvs, kSize)) {
+    stop(state, "ibv_post_recv failed");
+    return;
+  }
+  std::vector<ibv_send_wr> wrs(kBatch);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), kSize, a.mr->lkey};
+  for (uint32_t i = 0; i < kBatch; ++i) {
+    wrs[i] = {};
+    wrs[i].wr_id = i;
+    wrs[i].sg_list = &sge;
+    wrs[i].num_sge = 1;
+    wrs[i].opcode = IBV_WR_SEND;
+    wrs[i].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wrs[i].next = i + 1 < kBatch ? &wrs[i + 1] : nullptr;
+  }
+  auto poll_batch = [](ibv_cq* cq, uint64_t& done, std::string& err) {
+    ibv_wc wc[kBatch];
+    const int n = ibv_poll_cq(cq, kBatch, wc);
+    if (n < 0) {
+      err = "ibv_poll_cq failed";
+      return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        err = std::string("completion error: ") + ibv_wc_status_str(wc[i].status);
+        return false;
+      }
+    }
+    done += static_cast<uint64_t>(n);
+    return true;
+  };
+  uint64_t posted = 0, completed = 0, received = 0;
+  std::string err;
+  bool ok = true;
+  const std::clock_t cpu_start = std::clock();
+  auto last_progress = std::chrono::steady_clock::now();
+  uint64_t last_completed = 0;
+  size_t spins = 0;
+  for (auto _ : state) {
+    while (posted - completed + kBatch <= window) {
+      ibv_send_wr* bad = nullptr;
+      if (int rc = ibv_post_send(a.qp, wrs.data(), &bad)) {
+        stop(state, std::string("ibv_post_send: ") + std::strerror(rc));
+        ok = false;
+        break;
+      }
+      posted += kBatch;
+    }
+    const uint64_t before = received;
+    if (!ok || !poll_batch(a.cq, completed, err) || !poll_batch(b.cq, received, err)) {
+      if (ok) stop(state, err);
+      ok = false;
+      break;
+    }
+    b.posted_recvs -= static_cast<uint32_t>(received - before);
+    if (kMaxRecvWr - b.posted_recvs >= kBatch && !post_recvs(b, kBatch, kSize)) {
+      stop(state, "ibv_post_recv failed");
+      ok = false;
+      break;
+    }
+    if ((++spins & 1023) == 0) {
+      auto now = std::chrono::steady_clock::now();
+      if (completed != last_completed) {
+        last_completed = completed;
+        last_progress = now;
+      } else if (now - last_progress > kStallLimit) {
+        stop(state, "stalled: no completion for 10 s");
+        ok = false;
+        break;
+      }
+    }
+  }
+  const uint64_t done = completed;
+  // Drain what is outstanding, so the next benchmark starts clean.
+  auto start = std::chrono::steady_clock::now();
+  while (ok && (completed < posted || received < completed)) {
+    const uint64_t before = received;
+    if (!poll_batch(a.cq, completed, err) || !poll_batch(b.cq, received, err)) {
+      stop(state, err);
+      ok = false;
+      break;
+    }
+    b.posted_recvs -= static_cast<uint32_t>(received - before);
+    if (std::chrono::steady_clock::now() - start > kStallLimit) {
+      stop(state, "stalled while draining");
+      ok = false;
+      break;
+    }
+  }
+  state.counters["cpu_ns_per_wr"] = 1e9 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC /
+                                    static_cast<double>(std::max<uint64_t>(1, posted));
+  state.SetItemsProcessed(static_cast<int64_t>(done));
+  state.SetLabel("lists of 32, window " + std::to_string(window));
+}
+BENCHMARK(BM_MsgRate64BBatch)->Arg(128)->Arg(512)->UseRealTime();
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -36,7 +36,8 @@ int EmuProvider::device_counters(const char* device_name, softverbs_counters* ou
                             c.rx_multicast.load(),       c.host_drops.load(),      c.link_downed.load(),
                             c.dup_requests.load(),       c.out_of_seq_requests.load(), c.seq_naks_received.load(),
                             c.retry_exceeded.load(),     c.rnr_retry_exceeded.load(), c.sends_completed.load(),
-                            c.recvs_completed.load(),    c.topology_loss_drops.load(), c.topology_mtu_drops.load()};
+                            c.recvs_completed.load(),    c.topology_loss_drops.load(), c.topology_mtu_drops.load(),
+                            c.rx_direct.load()};
   return 0;
 }
 

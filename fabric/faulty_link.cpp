@@ -172,6 +172,7 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
           if (!held_rx_) {
             counters_.faults_reordered.fetch_add(1, std::memory_order_relaxed);
             held_rx_.emplace(Datagram{src, sport, std::vector<uint8_t>(packet.begin(), packet.end()), ip});
+            has_held_rx_.store(true, std::memory_order_release);
             // Handled after the next packet, or after a short while if none follows.
             scheduler_.after(kReorderHold, [this] {
               hold_expired_.store(true, std::memory_order_release);
@@ -203,8 +204,27 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
   if (held_rx_) {
     Datagram held = std::move(*held_rx_);
     held_rx_.reset();
+    has_held_rx_.store(false, std::memory_order_release);
     receive_unfaulted(held.src, held.sport, held.bytes, held.ip);
   }
+}
+
+bool FaultyLink::direct_ok(in_addr dst) {
+  return !filter_.active() && !has_held_tx_.load(std::memory_order_acquire) && inner_.direct_ok(dst);
+}
+
+bool FaultyLink::send_direct(in_addr dst, const wire::PacketView& view) {
+  if (filter_.active() || has_held_tx_.load(std::memory_order_acquire)) return false;
+  return inner_.send_direct(dst, view);
+}
+
+bool FaultyLink::receive_direct(in_addr src, const wire::PacketView& view) {
+  // Nothing held back on the way in may be overtaken, and rules loaded since
+  // the sender asked see every packet.
+  if (!sink_ || filter_.active() || due_pending_.load(std::memory_order_acquire) ||
+      hold_expired_.load(std::memory_order_acquire) || has_held_rx_.load(std::memory_order_acquire))
+    return false;
+  return sink_->receive_direct(src, view);
 }
 
 bool FaultyLink::drain() {
@@ -234,6 +254,7 @@ bool FaultyLink::drain_held() {
   if (hold_expired_.load(std::memory_order_acquire) && hold_expired_.exchange(false) && held_rx_) {
     Datagram held = std::move(*held_rx_);
     held_rx_.reset();
+    has_held_rx_.store(false, std::memory_order_release);
     any = true;
     receive_unfaulted(held.src, held.sport, held.bytes, held.ip);
   }

@@ -38,6 +38,10 @@ class FaultyLink final : public LinkDecorator {
   // Held-back packets that are due, then the inner link's batch.
   bool drain() override;
   bool poll() override;
+  // Packets may go without bytes only while no rule is loaded and nothing is
+  // held back: the rules see every packet, and nothing overtakes a held one.
+  bool direct_ok(in_addr dst) override;
+  bool send_direct(in_addr dst, const wire::PacketView& view) override;
 
  private:
   struct Datagram {
@@ -48,6 +52,7 @@ class FaultyLink final : public LinkDecorator {
   };
 
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;
+  bool receive_direct(in_addr src, const wire::PacketView& view) override;
   // The receiver's two stages (see PacketSink).
   bool admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& view,
              wire::IpFields ip);
@@ -79,6 +84,7 @@ class FaultyLink final : public LinkDecorator {
   // On the way in: the held-back packet (under the drain's serialisation), and
   // what the scheduler has made due.
   std::optional<Datagram> held_rx_;
+  std::atomic<bool> has_held_rx_{false};  // held_rx_ is set, for receive_direct on another thread
   std::atomic<bool> hold_expired_{false};
   std::mutex due_mu_;
   std::deque<Datagram> due_rx_;

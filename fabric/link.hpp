@@ -50,6 +50,14 @@ class Receiver {
   // Datagrams may be waiting: called on the scheduler's thread; the receiver
   // drains the link under whatever serialises its drains.
   virtual void ready() = 0;
+  // A request or response from a device of this process handed over without
+  // packet bytes (Link::send_direct): `view` is what parsing the packet would
+  // give, its payload pointing into the sender's memory for the duration of
+  // the call. Processed now, in the caller's thread, or refused (false: the
+  // receiver is busy, something is queued before it, or a layer needs the
+  // bytes), and then the sender sends the packet as usual. Never blocks on a
+  // lock another thread may hold while it waits for the caller. Default: refused.
+  virtual bool receive_direct(in_addr /*src*/, const wire::PacketView& /*view*/) { return false; }
 };
 
 // A device's receive path, in the two stages the fault layer sits between: the
@@ -93,6 +101,17 @@ class Link {
   // fault layer's corrupt) sends the changed packet with icrc true, so the
   // receiver's check drops it as before.
   virtual bool needs_icrc(in_addr /*dst*/) { return true; }
+  // Whether a packet to dst may go without bytes (send_direct): only to a
+  // device of this process over the lossless in-process queue, with nothing on
+  // the way that needs the bytes (a capture, the trace, fault rules, a packet
+  // held back by them). False by default, and a decorator that does not say
+  // otherwise stops it, so a link that acts on packets is never bypassed.
+  virtual bool direct_ok(in_addr /*dst*/) { return false; }
+  // The packet `view` stands for, handed to the receiving device without being
+  // built (Receiver::receive_direct), counted as the packet would be. False if
+  // it was not delivered: the caller then builds and send()s it. Only after
+  // direct_ok(dst) said true.
+  virtual bool send_direct(in_addr /*dst*/, const wire::PacketView& /*view*/) { return false; }
   // Hands the datagrams waiting now to the receiver without blocking; false if
   // there were none. Callers serialise drains (the device's receive lock).
   virtual bool drain() = 0;
@@ -125,6 +144,8 @@ class LinkDecorator : public Link, protected Receiver {
     inner_.send(dst, packet, tos, icrc);
   }
   bool needs_icrc(in_addr dst) override { return inner_.needs_icrc(dst); }
+  // direct_ok, send_direct and receive_direct are not passed through: a
+  // decorator that leaves packets alone says so itself (TapLink, FaultyLink).
   bool drain() override { return inner_.drain(); }
   bool poll() override { return inner_.poll(); }
   void watch() override { inner_.watch(); }

@@ -21,8 +21,8 @@ constexpr size_t kSpareBuffers = 64;
 
 }  // namespace
 
-LocalLink::LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside)
-    : hub_(hub), addr_(addr), scheduler_(scheduler), outside_(outside) {}
+LocalLink::LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside, bool direct)
+    : hub_(hub), addr_(addr), scheduler_(scheduler), outside_(outside), direct_(direct) {}
 
 void LocalLink::attach(Receiver& receiver) {
   up_ = &receiver;
@@ -48,6 +48,27 @@ void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8
   }
   // Never reached with icrc false: needs_icrc() said true for this address.
   if (outside_) outside_->send(dst, packet, tos);
+}
+
+bool LocalLink::direct_ok(in_addr dst) {
+  if (!direct_ || IN_MULTICAST(ntohl(dst.s_addr))) return false;
+  const LocalLink* peer = hub_.find(dst);
+  return peer && peer != this;
+}
+
+bool LocalLink::send_direct(in_addr dst, const wire::PacketView& view) {
+  LocalLink* peer = direct_ ? hub_.find(dst) : nullptr;
+  return peer && peer != this && peer->receive_direct_from(addr_, view);
+}
+
+bool LocalLink::receive_direct_from(in_addr src, const wire::PacketView& view) {
+  // Nothing queued and no batch being delivered: a batch is delivered under
+  // the receiver's receive lock, but a packet for the QP whose receive path
+  // this thread runs (the receiver's inbox, emu/qp/direct.cpp) does not try
+  // that lock, so the batch says so itself. Packets queued after the check come
+  // from other senders, whose order against this one's nothing promises.
+  if (pending_.load(std::memory_order_acquire) || delivering_.load(std::memory_order_acquire)) return false;
+  return up_->receive_direct(src, view);
 }
 
 void LocalLink::enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
@@ -91,14 +112,21 @@ bool LocalLink::poll() {
 
 bool LocalLink::drain_local() {
   if (!pending_.load(std::memory_order_acquire)) return false;
+  // Set before the queue looks empty, cleared once the batch is delivered: a
+  // packet without bytes must not overtake one of the batch (receive_direct_from).
+  delivering_.store(true, std::memory_order_release);
   {
     std::lock_guard lock(mu_);
     batch_.swap(queue_);
     pending_.store(false, std::memory_order_release);
   }
-  if (batch_.empty()) return false;
+  if (batch_.empty()) {
+    delivering_.store(false, std::memory_order_release);
+    return false;
+  }
   for (const Queued& q : batch_)
     up_->receive(q.src, wire::kRoceV2UdpPort, q.bytes, wire::IpFields{q.tos, wire::kDefaultTtl, !q.icrc});
+  delivering_.store(false, std::memory_order_release);
   {
     std::lock_guard lock(mu_);
     for (auto& entry : batch_) {

@@ -39,7 +39,10 @@ class LocalHub {
 class LocalLink final : public Link, private Receiver {
  public:
   // Datagrams queued for this link are announced through the scheduler.
-  LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside = nullptr);
+  // direct: packets to devices of this process may go without bytes
+  // (send_direct); false under virtual time, where every delivery is a step of
+  // the virtual scheduler.
+  LocalLink(LocalHub& hub, in_addr addr, Scheduler& scheduler, Link* outside = nullptr, bool direct = false);
 
   void attach(Receiver& receiver) override;
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
@@ -63,6 +66,12 @@ class LocalLink final : public Link, private Receiver {
   bool needs_icrc(in_addr dst) override {
     return IN_MULTICAST(ntohl(dst.s_addr)) || hub_.find(dst) == nullptr;
   }
+  // Unicast to another device of this process (not this one: its receive
+  // lock may be the caller's own).
+  bool direct_ok(in_addr dst) override;
+  // Handed to the peer's receive path now, if nothing queued for it would be
+  // overtaken (receive_direct_from).
+  bool send_direct(in_addr dst, const wire::PacketView& view) override;
 
  private:
   // One copy to one device: its local queue, or the outside link.
@@ -74,6 +83,10 @@ class LocalLink final : public Link, private Receiver {
   void enqueue(in_addr src, std::span<const uint8_t> packet, uint8_t tos, bool icrc);
   // Everything queued by devices of this process.
   bool drain_local();
+  // A packet without bytes from the device at src: refused while packets wait
+  // in this link's queue, which it would overtake. The receiver then holds its
+  // receive lock, so no batch taken from the queue is being delivered either.
+  bool receive_direct_from(in_addr src, const wire::PacketView& view);
   // From the outside link, passed up.
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override {
     up_->receive(src, sport, packet, ip);
@@ -89,6 +102,7 @@ class LocalLink final : public Link, private Receiver {
   in_addr addr_;
   Scheduler& scheduler_;
   Link* outside_;
+  bool direct_;
   Receiver* up_ = nullptr;
   std::once_flag watched_;
   std::atomic<bool> watching_{false};  // watch() has run: the progress thread reads the outside link
@@ -111,6 +125,7 @@ class LocalLink final : public Link, private Receiver {
   std::vector<std::vector<uint8_t>> spare_;
   Queue batch_;  // the batch being delivered (under the drains' serialisation)
   std::atomic<bool> pending_{false};
+  std::atomic<bool> delivering_{false};  // drain_local is handing batch_ up
 };
 
 }  // namespace softverbs::fabric

@@ -29,9 +29,15 @@ class TapLink final : public LinkDecorator {
   // A capture shows the packets' bytes (tshark checks their ICRC): with one
   // on, every packet carries its ICRC.
   bool needs_icrc(in_addr dst) override { return pcap_ || inner_.needs_icrc(dst); }
+  // No packet without bytes while a capture or the trace records them.
+  bool direct_ok(in_addr dst) override;
+  // Counted as the packet it stands for would be.
+  bool send_direct(in_addr dst, const wire::PacketView& view) override;
 
  private:
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;
+  // From a device of this process: never captured on the way in (see receive).
+  bool receive_direct(in_addr src, const wire::PacketView& view) override { return up_->receive_direct(src, view); }
 
   in_addr self_;
   LinkCounters& counters_;

@@ -109,6 +109,14 @@ std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept;
 std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
                   std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept;
 
+// What parse() gives for the packet build(h, payload) would write, without
+// writing it: the headers of h.bth.opcode as their encoding keeps them (field
+// widths, pad count; the opcode's other headers value-initialised), the payload
+// span as given, ip and icrc left default. The in-process fast path hands this
+// to a receiver instead of the bytes (fabric::Link::send_direct). False if
+// build() would refuse the packet.
+bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept;
+
 // Single-span payload convenience.
 std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload,
                   std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept;

@@ -414,7 +414,9 @@ void DeviceRegistry::connect(Device& dev, int udp_fd, fabric::RealTimeScheduler&
     outside = std::make_unique<fabric::OutsideLink>(*host, fabric::VirtualScheduler::instance());
     beyond = outside.get();
   }
-  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), dev.scheduler(), beyond);
+  // Under virtual time every in-process packet is a step of the virtual
+  // scheduler, so none goes without bytes (fabric::Link::send_direct).
+  auto local = std::make_unique<fabric::LocalLink>(hub_, dev.addr(), dev.scheduler(), beyond, !fabric::virtual_clock());
   // With SOFTVERBS_TOPOLOGY, packets to the other nodes cross its links
   // (fabric/topology_link.hpp), below the fault layer and the tap.
   std::unique_ptr<fabric::TopologyLink> topo;

@@ -149,6 +149,31 @@ void Device::deliver(in_addr src, const wire::PacketView& pkt) {
   }
 }
 
+bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
+  // Every lock here is tried, never waited for: the sender holds its own QP's
+  // lock (and its device's mr_lock), and a thread holding this device's receive
+  // lock or the target QP's may be waiting for those. Busy: the packet path.
+  if (pkt.bth.dest_qp == wire::kMulticastQpn || pkt.bth.dest_qp == wire::cm::kGsiQpn || !port_active()) return false;
+  // An answer for the QP whose lock this very thread holds (it handed the
+  // request over directly): its inbox, taken before that lock is released.
+  if (Qp* scope = Qp::direct_scope_qp(); scope && &scope->device() == this && scope->qpn() == pkt.bth.dest_qp) {
+    count_direct_rx(pkt);
+    scope->stash_direct(pkt, src);
+    return true;
+  }
+  std::unique_lock rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return false;
+  Qp* qp = find_qp(pkt.bth.dest_qp);  // alive while rx_mu_ is held (unregister_qp)
+  return qp && qp->try_receive(pkt, src);
+}
+
+void Device::count_direct_rx(const wire::PacketView& pkt) {
+  counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  counters_.rx_direct.fetch_add(1, std::memory_order_relaxed);
+  counters_.rx_bytes.fetch_add(20 + 8 + wire::packet_size(pkt.bth.opcode, pkt.payload.size()),
+                               std::memory_order_relaxed);
+}
+
 bool Device::forge_reject(in_addr src, const wire::PacketView& pkt, uint16_t reason) {
   GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire);
   return agent && pkt.bth.dest_qp == wire::cm::kGsiQpn && agent->reject_gsi(*this, src, pkt, reason);

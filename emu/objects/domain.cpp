@@ -25,7 +25,8 @@ uint64_t resource_type_dbr() { return MLX5DV_RES_TYPE_DBR; }
 
 // ---- queue buffers -------------------------------------------------------------
 
-QueueBuffer::QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type)
+QueueBuffer::QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type,
+                         bool heap_fallback)
     : size_(size), alignment_(alignment), type_(resource_type) {
   if (domain && domain->custom_alloc()) {
     void* p = domain->alloc(size, alignment, resource_type);
@@ -38,6 +39,10 @@ QueueBuffer::QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, ui
       return;
     }
   }
+  if (!heap_fallback) {
+    size_ = 0;  // empty, as QueueBuffer()
+    return;
+  }
   // The allocator zero-fills what it returns (its contract); the heap's is
   // zero-filled here.
   data_ = ::operator new(size ? size : 1, std::align_val_t(alignment));
@@ -46,8 +51,7 @@ QueueBuffer::QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, ui
 
 QueueBuffer QueueBuffer::custom_only(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type) {
   if (!domain || !domain->custom_alloc()) return QueueBuffer();
-  QueueBuffer b(domain, size, alignment, resource_type);
-  return b.custom() ? std::move(b) : QueueBuffer();
+  return QueueBuffer(domain, size, alignment, resource_type, false);
 }
 
 QueueBuffer& QueueBuffer::operator=(QueueBuffer&& other) noexcept {

@@ -176,6 +176,9 @@ class Device final : private fabric::PacketSink {
     std::atomic<uint64_t> rx_bytes{0}, rx_multicast{0}, dup_requests{0}, out_of_seq_requests{0},
         seq_naks_received{0}, retry_exceeded{0}, rnr_retry_exceeded{0}, sends_completed{0}, recvs_completed{0},
         link_downed{0};
+    // Of rx_packets: those handed over without bytes by a device of this process
+    // (fabric::Link::send_direct).
+    std::atomic<uint64_t> rx_direct{0};
   };
   Counters& counters() { return counters_; }
 
@@ -189,6 +192,17 @@ class Device final : private fabric::PacketSink {
   // Whether a packet to dst must carry its ICRC (fabric::Link::needs_icrc):
   // false for a device of this process with no capture on this side.
   bool needs_icrc(in_addr dst) { return link_->needs_icrc(dst); }
+  // The in-process fast path (fabric::Link::direct_ok, send_direct): whether a
+  // packet to dst may go without bytes, and handing it over so. transmit_direct
+  // is false when it did not go (port down, receiver busy or behind): the
+  // caller then builds the packet and transmit()s it.
+  bool direct_ok(in_addr dst) { return link_->direct_ok(dst); }
+  bool transmit_direct(in_addr dst, const wire::PacketView& view) {
+    return port_active() && link_->send_direct(dst, view);
+  }
+  // What admit() counts for a packet that arrived without bytes (the QP's
+  // try_receive, under rx_mu_).
+  void count_direct_rx(const wire::PacketView& view);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);
@@ -243,6 +257,10 @@ class Device final : private fabric::PacketSink {
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
   bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;
   void ready() override;
+  // A request or response from a device of this process without bytes
+  // (fabric::Receiver::receive_direct): only try-locks, as the sender holds its
+  // QP's lock; refused for QP1 and multicast, which keep the packet path.
+  bool receive_direct(in_addr src, const wire::PacketView& view) override;
   // A packet to the multicast QPN whose ICRC does not verify against this
   // device's address: verifies it against each IPv4 group the device has
   // joined or left lately, and on success sets rx_group_ (emu/device/mcast.cpp).

@@ -20,7 +20,8 @@ class QueueBuffer {
   // the allocator answers IBV_ALLOCATOR_USE_DEFAULT) from the heap. Throws
   // std::bad_alloc when the allocator returns NULL: the verb fails with
   // ENOMEM, as mlx5's does.
-  QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type);
+  QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type)
+      : QueueBuffer(domain, size, alignment, resource_type, true) {}
   // The allocator's memory only: empty (data() NULL) when domain has no
   // allocator or it answers IBV_ALLOCATOR_USE_DEFAULT, so that a work queue
   // allocates its own ring at its first post (emu/qp/wq.hpp).
@@ -37,6 +38,10 @@ class QueueBuffer {
   bool custom() const { return custom_; }
 
  private:
+  // heap_fallback false: when the allocator is absent or answers
+  // IBV_ALLOCATOR_USE_DEFAULT, the buffer stays empty and nothing is allocated
+  // (custom_only), so the allocator is asked once and no heap ring is built.
+  QueueBuffer(ParentDomain* domain, size_t size, size_t alignment, uint64_t resource_type, bool heap_fallback);
   void release() noexcept;
 
   ParentDomain* domain_ = nullptr;

@@ -393,17 +393,19 @@ int Qp::post_batch(std::span<const ibv_send_wr> wrs) {
   // Every work request is checked before any is queued: all or nothing. An
   // operation the QP type does not have fails the batch (mlx5 has no builder
   // for it at all), where ibv_post_send lets it fail at execution.
-  SendCheck c;
+  // Each work request is checked once; what the check found is kept for the
+  // enqueue (a per-thread list, so a batch allocates nothing once it has been
+  // this long).
+  static thread_local std::vector<SendCheck> checks;
+  checks.resize(wrs.size());
   for (size_t i = 0; i < wrs.size(); ++i) {
     if (!opcode_valid_for(type_, wrs[i].opcode)) return EINVAL;
-    if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &c)) return err;
+    if (int err = check_send_locked(state, wrs[i], static_cast<uint32_t>(i), &checks[i])) return err;
   }
   if (!wrs.empty())
     if (int err = sq_.reserve()) return err;  // the ring, at the first post
-  for (const ibv_send_wr& w : wrs) {
-    check_send_locked(state, w, 0, &c);
-    enqueue_send_locked(w, c.total, c.is_inline, c.ud_dest);
-  }
+  for (size_t i = 0; i < wrs.size(); ++i)
+    enqueue_send_locked(wrs[i], checks[i].total, checks[i].is_inline, checks[i].ud_dest);
   after_post_send_locked(state);
   return 0;
 }

@@ -113,6 +113,15 @@ class Qp {
   // receive path. `dst` is the multicast group a UD packet was sent to (its IP
   // destination), or 0 for a packet to this device's address.
   void receive(const wire::PacketView& pkt, in_addr src, in_addr dst = in_addr{});
+  // The same for a packet handed over without bytes (Device::receive_direct),
+  // if the QP's lock is free: false, touching nothing, if it is not.
+  bool try_receive(const wire::PacketView& pkt, in_addr src);
+  // The QP whose requester or receive path this thread runs under its lock
+  // (DirectScope), or null; a packet for it from a device this thread handed a
+  // packet to directly goes into its inbox (stash_direct), copied, and is taken
+  // before its lock is released.
+  static Qp* direct_scope_qp();
+  void stash_direct(const wire::PacketView& pkt, in_addr src);
   // Detaches the engine's timer and removes the QP's completions from its CQs;
   // the QP is about to be destroyed.
   void shutdown();
@@ -183,6 +192,11 @@ class Qp {
   // To dest, with IPv4 TOS byte tos (RoCEv2 carries the GRH traffic class there).
   void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
                           std::span<const std::span<const uint8_t>> payload, uint8_t tos);
+  // The same without packet bytes, to a device of this process when the link
+  // allows it (Device::transmit_direct; direct.cpp); false if the packet must
+  // be built.
+  bool transmit_direct_locked(in_addr dest, const wire::PacketHeaders& h,
+                              std::span<const std::span<const uint8_t>> payload, uint8_t tos);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
 
@@ -278,6 +292,23 @@ class Qp {
   void read_reply_locked(uint32_t psn, uint64_t va, uint32_t rkey, uint64_t len);
   void keep_resource_locked(const ResponderState::Resource& r);
   void ud_receive_locked(const wire::PacketView& pkt, in_addr src, in_addr dst);
+  // receive() and try_receive() under mu_.
+  void receive_locked(const wire::PacketView& pkt, in_addr src, in_addr dst);
+  // Marks this QP as the thread's direct scope for its lifetime, unless one is
+  // set already (the outermost wins); drains the inbox at the end.
+  class DirectScope {
+   public:
+    explicit DirectScope(Qp* qp);
+    ~DirectScope();
+    DirectScope(const DirectScope&) = delete;
+    DirectScope& operator=(const DirectScope&) = delete;
+
+   private:
+    Qp* qp_;
+  };
+  // Takes the inbox's packets (direct.cpp), in order, under mu_, if there are
+  // at least `at_least`.
+  void drain_direct_locked(size_t at_least = 1);
 
   // ---- shared parts: attributes, queues, lock ------------------------------
   Handle<ibv_qp_ex, Qp> handle_;

@@ -34,6 +34,9 @@ constexpr uint32_t kReadChunkPackets = 32;
 // Floor of the local ACK timeout: software on a loaded host cannot answer within
 // microseconds, so shorter timeouts would only cause spurious retransmissions.
 constexpr auto kMinAckTimeout = std::chrono::milliseconds(1);
+// Answers in the direct-delivery inbox (direct.cpp) that make the requester
+// take them before it sends on.
+constexpr size_t kInboxBurst = 8;
 
 }  // namespace
 
@@ -50,6 +53,7 @@ void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
                             uint8_t tos) {
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
+  if (h.bth.dest_qp != wire::kMulticastQpn && transmit_direct_locked(dest, h, payload, tos)) return;
   Device& dev = device();
   // To a device of this process, with no capture to show it, the ICRC is not
   // computed (fabric::Link::needs_icrc); the multicast QPN always gets one,
@@ -124,10 +128,18 @@ void Qp::trace_timer_locked(std::string_view which, std::string_view what, Clock
 }
 
 void Qp::requester_locked() {
+  DirectScope scope(this);
   const ibv_qp_state s = attr_.qp_state;
   bool sent = false;
   if (s == IBV_QPS_RTS) {
-    while (send_next_packet_locked()) sent = true;
+    // Answers that came back directly are taken every few packets, between
+    // two of them (the requester's state is whole there), so the inbox stays
+    // small enough to stay in the cache: a burst of RDMA READ responses is a
+    // window of MTU-sized copies.
+    while (send_next_packet_locked()) {
+      sent = true;
+      drain_direct_locked(kInboxBurst);
+    }
   } else if (s == IBV_QPS_SQD) {
     // Draining: finish the message under way, start none.
     while (req_.tx_offset > 0 && send_next_packet_locked()) sent = true;
@@ -136,6 +148,8 @@ void Qp::requester_locked() {
   // The local ACK timeout runs from the last packet sent: armed once per burst,
   // which is one clock read, not one per packet.
   if (sent && requester_reliable()) arm_timer_locked();
+  // Answers that came back through the inbox meanwhile (direct deliveries).
+  drain_direct_locked();
 }
 
 void Qp::send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset) {

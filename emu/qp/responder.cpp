@@ -638,6 +638,19 @@ bool Qp::bind_xrc_srq_locked(uint32_t srqn) {
 
 void Qp::receive(const PacketView& pkt, in_addr src, in_addr dst) {
   std::lock_guard lock(mu_);
+  receive_locked(pkt, src, dst);
+}
+
+bool Qp::try_receive(const PacketView& pkt, in_addr src) {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  device().count_direct_rx(pkt);
+  receive_locked(pkt, src, in_addr{});
+  return true;
+}
+
+void Qp::receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
+  DirectScope scope(this);
   const ibv_qp_state s = attr_.qp_state;
   if (s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_ERR) return;
   req_.heard_from_peer = true;

@@ -71,6 +71,9 @@ struct softverbs_counters {
   uint64_t recvs_completed;     /* receive work requests completed successfully */
   uint64_t topology_loss_drops; /* packets sent that a link of the simulated fabric lost (SOFTVERBS_TOPOLOGY) */
   uint64_t topology_mtu_drops;  /* ... that were larger than its MTU */
+  /* Of rx_packets: those a device of this process handed over without packet bytes
+   * (the in-process fast path, docs/architecture.md "Progress, threads and speed"). */
+  uint64_t rx_direct;
 };
 
 /* Fills *out (at most size bytes) for the emulated device of that name.

@@ -1,0 +1,118 @@
+// The in-process fast path (docs/architecture.md, "Progress, threads and
+// speed"): a packet to a device of this process, when the link allows it
+// (fabric::Link::direct_ok: no capture, trace or fault rule), is handed to the
+// receiver as the view parsing it would give (wire::as_received), with its
+// payload straight from the sender's memory: not built, not parsed, copied
+// once. PSNs, acknowledgements, checks, statuses and counters are the packet's.
+// Only try-locks are taken towards the receiver; a busy receiver gets the
+// packet the usual way. Answers for the QP this thread holds the lock of go
+// through its inbox, taken before the lock is released.
+#include <cstring>
+#include <vector>
+
+#include "emu/objects/objects.hpp"
+#include "emu/qp/qp.hpp"
+#include "wire/packet.hpp"
+
+namespace softverbs::emu {
+
+using namespace wire;
+
+namespace {
+
+// Direct deliveries under way on this thread. A receiver handed a packet
+// directly answers (ACKs, read responses, its own requests) with packets, or,
+// when the answer is for the QP in scope (below), through its inbox: no thread
+// ever holds two receivers' locks taken directly.
+thread_local int direct_depth = 0;
+
+// The QP whose requester or receive path this thread runs, under its lock
+// (DirectScope): answers for it from a receiver it handed a packet to directly
+// cannot take its lock, which this thread holds, so they wait in the inbox
+// and the QP takes them before that lock is released (drain_direct_locked), in
+// the same call: no other thread is needed and none waits for this one.
+thread_local Qp* direct_scope = nullptr;
+thread_local bool direct_draining = false;
+struct Stashed {
+  in_addr src;
+  PacketView view;             // its payload is set from bytes when taken
+  std::vector<uint8_t> bytes;  // a copy: the sender's memory is not held meanwhile
+};
+thread_local std::vector<Stashed> inbox;
+thread_local size_t inbox_size = 0;  // entries in use; the others keep their buffers
+
+}  // namespace
+
+Qp::DirectScope::DirectScope(Qp* qp) : qp_(direct_scope ? nullptr : qp) {
+  if (qp_) direct_scope = qp_;
+}
+
+Qp::DirectScope::~DirectScope() {
+  if (!qp_) return;
+  qp_->drain_direct_locked();  // normally empty already: requester_locked takes it
+  direct_scope = nullptr;
+}
+
+Qp* Qp::direct_scope_qp() { return direct_scope; }
+
+void Qp::stash_direct(const PacketView& pkt, in_addr src) {
+  if (inbox_size == inbox.size()) inbox.emplace_back();
+  Stashed& e = inbox[inbox_size++];
+  e.src = src;
+  e.view = pkt;
+  e.bytes.assign(pkt.payload.begin(), pkt.payload.end());
+}
+
+void Qp::drain_direct_locked(size_t at_least) {
+  // In arrival order, including what arrives meanwhile (answers to what the
+  // QP sends while it takes these); receive_locked's own requester_locked
+  // does not drain again, so this loop is the only one.
+  if (direct_draining || direct_scope != this || inbox_size < at_least || inbox_size == 0) return;
+  direct_draining = true;
+  for (size_t i = 0; i < inbox_size; ++i) {
+    PacketView view = inbox[i].view;
+    // Moving the inbox (it may grow below) keeps each entry's buffer.
+    view.payload = std::span<const uint8_t>(inbox[i].bytes.data(), inbox[i].bytes.size());
+    receive_locked(view, inbox[i].src, in_addr{});
+  }
+  inbox_size = 0;
+  direct_draining = false;
+}
+
+bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
+                                std::span<const std::span<const uint8_t>> payload, uint8_t tos) {
+  // The in-process fast path (fabric::Link::send_direct): the receiver gets
+  // what parsing the packet would give, with the payload straight from the
+  // sender's memory, so the packet is neither built nor parsed and the payload
+  // is copied once, into the receiver's memory. PSNs, acknowledgements and
+  // every check are the packet's own: only the bytes are missing.
+  // Nested (a receiver's answer while a direct delivery runs): only to the QP
+  // in scope, whose inbox takes it.
+  if (direct_depth > 0 && !(direct_scope && h.bth.dest_qp == direct_scope->qpn())) return false;
+  Device& dev = device();
+  if (!dev.direct_ok(dest)) return false;
+  size_t len = 0;
+  for (const auto& p : payload) len += p.size();
+  std::span<const uint8_t> bytes;
+  if (payload.size() == 1) {
+    bytes = payload[0];
+  } else if (payload.size() > 1) {
+    static thread_local std::vector<uint8_t> gathered;  // a payload spread over several SGEs
+    gathered.resize(len);
+    size_t at = 0;
+    for (const auto& p : payload) {
+      if (!p.empty()) std::memcpy(gathered.data() + at, p.data(), p.size());
+      at += p.size();
+    }
+    bytes = std::span<const uint8_t>(gathered.data(), len);
+  }
+  PacketView view;
+  if (!as_received(h, bytes, view)) return false;
+  view.ip = IpFields{tos, kDefaultTtl, true};
+  ++direct_depth;
+  const bool done = dev.transmit_direct(dest, view);
+  --direct_depth;
+  return done;
+}
+
+}  // namespace softverbs::emu
