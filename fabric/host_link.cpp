@@ -209,15 +209,33 @@ std::shared_ptr<HostLink::Peer> HostLink::peer_for(in_addr dst) {
   }
   e.peer = std::make_shared<Peer>(fd);
   const bool ring = options_.ring && offer_ring(*e.peer);
+  if (ring) {
+    // The end of the receiver's process shows on this connection only (the
+    // ring says nothing when a process dies): the progress thread watches it.
+    epoll_event ev{};
+    ev.events = EPOLLRDHUP;
+    ev.data.fd = fd;
+    std::lock_guard rx(rx_mu_);
+    outgoing_[fd] = e.peer;
+    ::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
+  }
   SV_LOG(kDebug, "%s: %s is a device of this host: lossless path (%s)", name_.c_str(), addr_str(dst).c_str(),
          ring ? "shared-memory ring" : "socket");
   return e.peer;
 }
 
 void HostLink::forget(in_addr dst, const std::shared_ptr<Peer>& peer) {
-  std::lock_guard lock(peers_mu_);
-  Entry& e = peers_[dst.s_addr];
-  if (e.peer == peer) e = Entry{};
+  {
+    std::lock_guard lock(peers_mu_);
+    Entry& e = peers_[dst.s_addr];
+    if (e.peer == peer) e = Entry{};
+  }
+  // Its descriptor number may come back as another connection.
+  std::lock_guard rx(rx_mu_);
+  if (auto it = outgoing_.find(peer->fd); it != outgoing_.end() && it->second.lock() == peer) {
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, peer->fd, nullptr);
+    outgoing_.erase(it);
+  }
 }
 
 void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool /*icrc: always set here, see Link::needs_icrc*/) {
@@ -304,7 +322,7 @@ bool HostLink::offer_ring(Peer& peer) {
 int HostLink::send_ring(Peer& peer, in_addr dst, std::span<const uint8_t> prefix, std::span<const uint8_t> packet) {
   std::lock_guard lock(peer.ring_mu);
   HostRing& ring = *peer.ring;
-  if (ring.closed()) return -1;  // its receiver went away
+  if (ring.closed() || peer.dead.load(std::memory_order_relaxed)) return -1;  // its receiver went away
   std::optional<Clock::time_point> deadline;
   while (!ring.put(prefix, packet)) {
     if (packet.size() + kPrefix > HostRing::kMaxRecord) {
@@ -439,6 +457,13 @@ bool HostLink::collect_locked(std::deque<Datagram>& out) {
   for (int i = 0; i < n; ++i) {
     const int fd = evs[i].data.fd;
     if (fd != fd_) {
+      if (auto it = outgoing_.find(fd); it != outgoing_.end()) {
+        // A connection of ours whose receiver ended: its next send finds another way.
+        if (auto peer = it->second.lock(); peer && peer->fd == fd) peer->dead.store(true, std::memory_order_relaxed);
+        ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr);
+        outgoing_.erase(it);
+        continue;
+      }
       any |= read_connection_locked(fd, out);
       continue;
     }
@@ -452,6 +477,7 @@ bool HostLink::collect_locked(std::deque<Datagram>& out) {
         ::close(conn);
         continue;
       }
+      outgoing_.erase(conn);  // a number that was one of ours before
       connections_.push_back(Conn{conn, nullptr});
       any = true;
     }
@@ -553,14 +579,22 @@ bool HostLink::read_connection_locked(int conn, std::deque<Datagram>& out) {
     }
     for (int f : fds) ::close(f);
     if (static_cast<size_t>(n) >= kPrefix && std::memcmp(buf.data(), kWakeMagic, sizeof kWakeMagic) == 0 &&
-        !in_serve && watching_.load(std::memory_order_relaxed) && !serve_posted_.exchange(true)) {
+        !in_serve) {
       // A wake-up meant for the progress thread, read by another: the ring
       // it announced stays unarmed (no further wake-up comes) until the
-      // progress thread has looked at it, so it must run.
-      scheduler_.post([this] {
-        serve_posted_.store(false);
-        serve();
-      });
+      // progress thread has looked at it, so it must run (from watch() if
+      // it does not watch yet).
+      if (!watching_.load(std::memory_order_seq_cst)) {
+        unserved_wake_.store(true, std::memory_order_seq_cst);
+        // watch() may have looked at the flag in between: then this thread posts.
+        if (watching_.load(std::memory_order_seq_cst) && unserved_wake_.exchange(false))
+          scheduler_.post([this] { serve(); });
+      } else if (!serve_posted_.exchange(true)) {
+        scheduler_.post([this] {
+          serve_posted_.store(false);
+          serve();
+        });
+      }
     }
     if (static_cast<size_t>(n) < kPrefix || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0) continue;  // not a packet
     in_addr src{};
@@ -659,8 +693,14 @@ void HostLink::serve() {
 void HostLink::watch() {
   std::call_once(watched_, [this] {
     inner_.watch();
-    if (epoll_ >= 0) scheduler_.watch_readable(epoll_, [this] { serve(); });
-    watching_.store(true, std::memory_order_relaxed);
+    if (epoll_ < 0) return;
+    scheduler_.watch_readable(epoll_, [this] { serve(); });
+    watching_.store(true, std::memory_order_seq_cst);
+    // A wake-up an application thread read before this (its rings then stay
+    // unarmed: no further wake-up comes) is served now. Only then: a serve()
+    // drains the device on this thread, which a process on virtual time
+    // (docs/simulation.md) must not see without a packet from outside.
+    if (unserved_wake_.exchange(false)) scheduler_.post([this] { serve(); });
   });
 }
 

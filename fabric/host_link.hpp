@@ -41,8 +41,11 @@
 // record before it arms them and sleeps, so a stream of packets (a WRITE's
 // data, its ACK) costs one wake-up per burst rather than per packet. A full
 // ring makes the sender wait as a full socket did (bounded, taking in its own
-// device's packets meanwhile), a receiver that closes its ring (the peer's
-// HostLink went away) or its connection sends the sender back to peer_for(),
+// device's packets meanwhile). A receiver that closes its ring (its HostLink
+// went away) or whose process ends (the sender's epoll set watches its own
+// connections for their end; a liveness poll() until the receiver has mapped
+// the ring and every kLivenessEvery packets after) sends the sender back to
+// peer_for(),
 // and a ring whose contents break its rules is dropped with its connection.
 // Where no memfd can be made, packets go on the connection as before;
 // SOFTVERBS_HOST_LINK=socket keeps them there.
@@ -123,6 +126,7 @@ class HostLink final : public LinkDecorator {
     std::mutex ring_mu;
     std::unique_ptr<HostRing> ring;
     uint32_t since_check = 0;  // packets put since the connection was last looked at
+    std::atomic<bool> dead{false};  // the progress thread saw the connection end
   };
   // An accepted connection and the ring its sender passed over it.
   struct Conn {
@@ -187,9 +191,12 @@ class HostLink final : public LinkDecorator {
   int epoll_ = -1;
   std::mutex rx_mu_;
   std::vector<Conn> connections_;
+  // Our connections to the receivers we write rings to, watched for their end.
+  std::unordered_map<int, std::weak_ptr<Peer>> outgoing_;
   std::atomic<bool> any_ring_{false};
   std::atomic<bool> serve_posted_{false};
-  std::atomic<bool> watching_{false};  // watch() ran: the progress thread serves this link  // a serve() for a wake-up another thread read is queued
+  std::atomic<bool> watching_{false};  // watch() ran: the progress thread serves this link
+  std::atomic<bool> unserved_wake_{false};  // a wake-up was read before watch()  // a serve() for a wake-up another thread read is queued
   // When an application thread last polled the rings (Clock ticks since its epoch).
   std::atomic<Clock::duration::rep> app_poll_{0};  // some connection has a ring: poll_shared looks
   std::deque<Datagram> stash_;

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -106,7 +107,8 @@ class UdpStandIn final : public Link {
 
 // One device's end: its UDP stand-in, its HostLink and what it received.
 struct End {
-  End(RealTimeScheduler& s, int k, std::chrono::milliseconds wait, bool ring = true) : addr(test_addr(k)) {
+  End(RealTimeScheduler& s, int k, std::chrono::milliseconds wait, bool ring = true, in_addr at = {})
+      : addr(at.s_addr ? at : test_addr(k)) {
     int fd = HostLink::bind(addr);
     EXPECT_GE(fd, 0) << std::strerror(-fd);
     link = std::make_unique<HostLink>(udp, s, fd, addr, counters, HostLinkOptions{true, wait, ring},
@@ -366,6 +368,43 @@ TEST(HostLink, AGarbledRingCostsItsSenderTheConnection) {
   b.drain_until(1);
   ASSERT_EQ(b.rx.count(), 1u);
   EXPECT_EQ(b.rx.psns[0], 7u);
+}
+
+// A receiver whose process dies leaves its ring open (nothing closes it): the
+// sender learns it from the connection's end, which its own drains watch, and
+// its next packet finds another way (here UDP: the name went with the process).
+TEST(HostLink, AReceiverThatDiesWithoutClosingItsRingIsNoticed) {
+  int to_child[2], to_parent[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(to_parent), 0);
+  const in_addr baddr = test_addr(2);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The receiver: binds its name, tells the parent, takes the ring up, dies.
+    RealTimeScheduler cs;
+    End b(cs, 2, 30s, true, baddr);  // the parent's address: getpid() differs here
+    char c = 'r';
+    (void)!::write(to_parent[1], &c, 1);
+    (void)!::read(to_child[0], &c, 1);
+    for (int i = 0; i < 100000 && b.rx.count() == 0; ++i) b.link->drain();
+    ::_exit(b.rx.count() == 1 ? 0 : 1);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  RealTimeScheduler s;
+  End a(s, 1, 100ms);
+  a.link->send(baddr, packet(1));
+  ASSERT_EQ(::write(to_child[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(a.udp.sent.empty());
+  a.link->drain();  // sees the connection end
+  a.link->send(baddr, packet(2));
+  ASSERT_EQ(a.udp.sent.size(), 1u);
+  EXPECT_EQ(a.counters.host_drops, 0u);
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) ::close(fd);
 }
 
 }  // namespace
