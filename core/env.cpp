@@ -22,7 +22,7 @@ constexpr std::array kTable = {
              "eth", kLibrary, false},
     Variable{Var::kMtu, "SOFTVERBS_MTU", "active_mtu of every emulated device's port", "4096", kLibrary, false},
     Variable{Var::kHostLink, "SOFTVERBS_HOST_LINK",
-             "how packets reach emulated devices of other processes of this host (unix, unix:MS or udp)",
+             "how packets reach emulated devices of other processes of this host (unix, unix:MS, socket, socket:MS or udp)",
              "unix (lossless, a full receiver is waited for up to 100 ms)", kLibrary, false},
     Variable{Var::kAutoAddrs, "SOFTVERBS_AUTO_ADDRS",
              "addresses tried first for the devices with automatic addresses (set by softverbs run)",

@@ -27,6 +27,28 @@
 // layer see exactly what UDP would have given them (source address, port 4791).
 // Abstract names belong to the network namespace, as UDP addresses do, and
 // vanish with the socket, so a stale name cannot exist.
+//
+// Shared-memory rings (fabric/host_ring.hpp). A connection's first message
+// passes a sealed memfd (SCM_RIGHTS): a ring the sender then writes its packets
+// into, prefix and bytes as above, with no system call per packet. The
+// connection stays for what a ring cannot say: a wake-up (an 8-byte message)
+// when the receiver said it is going to sleep (the ring's need_wake, taken down
+// by the one sender that sends it: one wake-up per sleep, not per packet), and
+// the end of either process (EOF or EPIPE on the connection). The receiver
+// reads its rings on every drain, and on every ibv_poll_cq of an application
+// thread (poll_shared(): memory reads only). The progress thread, woken through
+// the connection's epoll, keeps reading the rings for kSpin after the last
+// record before it arms them and sleeps, so a stream of packets (a WRITE's
+// data, its ACK) costs one wake-up per burst rather than per packet. A full
+// ring makes the sender wait as a full socket did (bounded, taking in its own
+// device's packets meanwhile). A receiver that closes its ring (its HostLink
+// went away) or whose process ends (the sender's epoll set watches its own
+// connections for their end; a liveness poll() until the receiver has mapped
+// the ring and every kLivenessEvery packets after) sends the sender back to
+// peer_for(),
+// and a ring whose contents break its rules is dropped with its connection.
+// Where no memfd can be made, packets go on the connection as before;
+// SOFTVERBS_HOST_LINK=socket keeps them there.
 #pragma once
 
 #include <netinet/in.h>
@@ -42,6 +64,7 @@
 #include <utility>
 #include <vector>
 
+#include "fabric/host_ring.hpp"
 #include "fabric/link.hpp"
 #include "fabric/scheduler.hpp"
 
@@ -51,9 +74,11 @@ struct HostLinkOptions {
   bool enabled = true;  // false: UDP only ("udp")
   // How long a sender waits for a full receiver before it drops the packet.
   std::chrono::milliseconds wait{100};
+  bool ring = true;  // false: packets on the connection ("socket")
 };
 
-// SOFTVERBS_HOST_LINK: "unix" (the default), "unix:MS" or "udp"; nullopt and
+// SOFTVERBS_HOST_LINK: "unix" (the default), "unix:MS", "socket", "socket:MS"
+// or "udp"; nullopt and
 // *error set for anything else.
 std::optional<HostLinkOptions> parse_host_link(const char* text, std::string* error);
 // The process's options, from the environment at the first call (a bad value
@@ -81,6 +106,8 @@ class HostLink final : public LinkDecorator {
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
   // The inner link's batch, then what waits for this device on the host path.
   bool drain() override;
+  // The rings only: no system call (Link::poll_shared).
+  bool poll_shared() override;
   void watch() override;
   std::string rx_state() override;
 
@@ -95,6 +122,16 @@ class HostLink final : public LinkDecorator {
     int fd;
     // A wait for it ran out: later packets do not wait until one goes through.
     std::atomic<bool> stalled{false};
+    // The ring the packets go into (null: on the connection), one writer at a time.
+    std::mutex ring_mu;
+    std::unique_ptr<HostRing> ring;
+    uint32_t since_check = 0;  // packets put since the connection was last looked at
+    std::atomic<bool> dead{false};  // the progress thread saw the connection end
+  };
+  // An accepted connection and the ring its sender passed over it.
+  struct Conn {
+    int fd;
+    std::unique_ptr<HostRing> ring;
   };
   struct Entry {
     std::shared_ptr<Peer> peer;  // null: UDP, until retry_at
@@ -110,6 +147,21 @@ class HostLink final : public LinkDecorator {
   void forget(in_addr dst, const std::shared_ptr<Peer>& peer);
   // One attempt through a peer: 1 sent, 0 dropped (counted), -1 the peer is gone.
   int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
+  int send_ring(Peer& peer, in_addr dst, std::span<const uint8_t> prefix, std::span<const uint8_t> packet);
+  // Gives a new connection its ring (the first message); false: none.
+  bool offer_ring(Peer& peer);
+  // Waits for room in a peer's ring like wait_for_room; false when the time
+  // ran out or the peer is gone (*gone).
+  bool wait_for_ring(Peer& peer, Clock::time_point deadline, bool* gone);
+  // Under rx_mu_: what waits in the rings, into `out`; garbled rings are dropped.
+  bool read_rings_locked(std::deque<Datagram>& out);
+  bool read_ring_locked(Conn& c, std::deque<Datagram>& out);
+  void close_connection_locked(size_t i);
+  // The progress thread's turn: drain, keep reading the rings for kSpin,
+  // then arm them and sleep.
+  void serve();
+  bool rings_pending();
+  void deliver(std::deque<Datagram>& batch);
   // Waits for room at the peer until `deadline`, taking this device's own
   // incoming packets into the stash meanwhile. False when the time ran out.
   bool wait_for_room(int peer_fd, Clock::time_point deadline);
@@ -138,7 +190,15 @@ class HostLink final : public LinkDecorator {
   // rx_mu_, so the stash always holds packets older than the sockets'.
   int epoll_ = -1;
   std::mutex rx_mu_;
-  std::vector<int> connections_;
+  std::vector<Conn> connections_;
+  // Our connections to the receivers we write rings to, watched for their end.
+  std::unordered_map<int, std::weak_ptr<Peer>> outgoing_;
+  std::atomic<bool> any_ring_{false};
+  std::atomic<bool> serve_posted_{false};
+  std::atomic<bool> watching_{false};  // watch() ran: the progress thread serves this link
+  std::atomic<bool> unserved_wake_{false};  // a wake-up was read before watch()  // a serve() for a wake-up another thread read is queued
+  // When an application thread last polled the rings (Clock ticks since its epoch).
+  std::atomic<Clock::duration::rep> app_poll_{0};  // some connection has a ring: poll_shared looks
   std::deque<Datagram> stash_;
   std::atomic<bool> stash_pending_{false};
 };

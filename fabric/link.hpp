@@ -120,6 +120,10 @@ class Link {
   // empty, because the progress thread waits on them (watch()) and receives
   // whatever arrives there. Serialised as drain() is.
   virtual bool poll() { return drain(); }
+  // What waits in memory shared with another process (the same-host rings),
+  // handed to the receiver with no system call; false if none. For a poller
+  // between the reads of poll() that skip the sockets. Serialised as drain() is.
+  virtual bool poll_shared() { return false; }
   // Makes the scheduler call the receiver's ready() whenever datagrams arrive
   // (idempotent).
   virtual void watch() = 0;
@@ -148,6 +152,7 @@ class LinkDecorator : public Link, protected Receiver {
   // decorator that leaves packets alone says so itself (TapLink, FaultyLink).
   bool drain() override { return inner_.drain(); }
   bool poll() override { return inner_.poll(); }
+  bool poll_shared() override { return inner_.poll_shared(); }
   void watch() override { inner_.watch(); }
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> packet) override { receive(src, sport, packet); }
   std::string rx_state() override { return inner_.rx_state(); }

@@ -96,6 +96,8 @@ bool LocalLink::drain() {
 bool LocalLink::poll() {
   bool any = false;
   if (outside_) {
+    // Shared memory costs no system call: read on every poll.
+    any = outside_->poll_shared();
     const bool ready = outside_ready_.exchange(false, std::memory_order_acq_rel);
     if (!ready && socket_skip_ > 0 && watching_.load(std::memory_order_acquire)) {
       --socket_skip_;

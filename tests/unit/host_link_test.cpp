@@ -3,10 +3,15 @@
 // the UDP fallback for an address without a name, a burst far beyond the
 // receiver's queue arriving complete, the bounded wait turning into a counted
 // drop when the receiver never reads, and two links that fill each other's
-// queues finishing without a drop.
+// queues finishing without a drop; the shared-memory rings: the socket mode
+// alongside, a sleeping receiver woken through its connection, and a hostile
+// sender's ring costing that sender its connection, not the receiver.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "fabric/host_link.hpp"
+#include "fabric/host_ring.hpp"
 #include "fabric/scheduler.hpp"
 #include "wire/headers.hpp"
 #include "wire/opcode.hpp"
@@ -101,10 +107,12 @@ class UdpStandIn final : public Link {
 
 // One device's end: its UDP stand-in, its HostLink and what it received.
 struct End {
-  End(RealTimeScheduler& s, int k, std::chrono::milliseconds wait) : addr(test_addr(k)) {
+  End(RealTimeScheduler& s, int k, std::chrono::milliseconds wait, bool ring = true, in_addr at = {})
+      : addr(at.s_addr ? at : test_addr(k)) {
     int fd = HostLink::bind(addr);
     EXPECT_GE(fd, 0) << std::strerror(-fd);
-    link = std::make_unique<HostLink>(udp, s, fd, addr, counters, HostLinkOptions{true, wait}, "end" + std::to_string(k));
+    link = std::make_unique<HostLink>(udp, s, fd, addr, counters, HostLinkOptions{true, wait, ring},
+                                      "end" + std::to_string(k));
     link->attach(rx);
   }
   // Drains until `n` packets arrived or 30 s passed (a failure, not a wait).
@@ -133,7 +141,14 @@ TEST(HostLinkOptions, ParsesTheVariable) {
   EXPECT_TRUE(w->enabled);
   EXPECT_EQ(w->wait, 7ms);
   EXPECT_EQ(parse_host_link("unix:0", &err)->wait, 0ms);
-  for (const char* bad : {"tcp", "unix:", "unix:-1", "unix:1x", "unix:10000000", "UDP"}) {
+  EXPECT_TRUE(w->ring);
+  auto so = parse_host_link("socket:9", &err);
+  ASSERT_TRUE(so);
+  EXPECT_TRUE(so->enabled);
+  EXPECT_FALSE(so->ring);
+  EXPECT_EQ(so->wait, 9ms);
+  EXPECT_FALSE(parse_host_link("socket", &err)->ring);
+  for (const char* bad : {"tcp", "unix:", "unix:-1", "unix:1x", "unix:10000000", "UDP", "socket:", "sockets", "socketunix"}) {
     err.clear();
     EXPECT_FALSE(parse_host_link(bad, &err)) << bad;
     EXPECT_NE(err.find("SOFTVERBS_HOST_LINK"), std::string::npos) << bad;
@@ -275,6 +290,121 @@ TEST(HostLink, TwoSendersFillingEachOtherNeverDeadlock) {
   // Whoever took packets aside told its receiver through the scheduler.
   for (int spins = 0; a.rx.readies + b.rx.readies == 0 && spins < 3000000; ++spins) std::this_thread::yield();
   EXPECT_GT(a.rx.readies + b.rx.readies, 0);
+}
+
+// Packets on the connection itself (SOFTVERBS_HOST_LINK=socket): the same
+// order and bytes as through a ring.
+TEST(HostLink, TheSocketModeDeliversInOrderToo) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s, false), b(s, 2, 30s, false);
+  for (uint32_t i = 0; i < 500; ++i) a.link->send(b.addr, packet(i, 1024));
+  b.drain_until(500);
+  ASSERT_EQ(b.rx.count(), 500u);
+  for (uint32_t i = 0; i < 500; ++i) ASSERT_EQ(b.rx.psns[i], i);
+  EXPECT_NE(b.link->rx_state().find("0 rings"), std::string::npos) << b.link->rx_state();
+}
+
+// A receiver whose progress thread sleeps is woken by the first packet in its
+// ring (through the connection), not left with it.
+TEST(HostLink, ASleepingReceiverIsWoken) {
+  auto sched = std::make_unique<RealTimeScheduler>();
+  RealTimeScheduler& s = *sched;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  b.link->watch();
+  a.link->send(b.addr, packet(1));
+  for (int spins = 0; b.rx.readies == 0 && spins < 3000000; ++spins) std::this_thread::yield();
+  EXPECT_GT(b.rx.readies, 0);
+  b.drain_until(1);
+  ASSERT_EQ(b.rx.count(), 1u);
+  EXPECT_NE(b.link->rx_state().find("1 rings"), std::string::npos) << b.link->rx_state();
+  sched.reset();  // its thread watches b's sockets: stopped before b goes
+}
+
+// A sender that passes a ring and then writes nonsense into it (or into the
+// ring's counters) is not trusted: the receiver reads nothing out of bounds,
+// drops that connection, and keeps serving the others.
+TEST(HostLink, AGarbledRingCostsItsSenderTheConnection) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  const int conn = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(conn, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  const std::string name = HostLink::name_of(b.addr);
+  std::memcpy(sa.sun_path, name.data(), name.size());
+  ASSERT_EQ(::connect(conn, reinterpret_cast<sockaddr*>(&sa),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
+            0);
+  int memfd = -1;
+  auto ring = HostRing::create(&memfd);
+  ASSERT_TRUE(ring);
+  uint8_t msg[8] = {'S', 'V', 2, 0, 1, 2, 3, 4};
+  iovec iov{msg, sizeof msg};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &memfd, sizeof memfd);
+  ASSERT_EQ(::sendmsg(conn, &mh, 0), static_cast<ssize_t>(sizeof msg));
+  ::close(memfd);
+  // One record that is not a packet, then a head far past anything written.
+  ASSERT_TRUE(ring->put(Bytes{'x', 'y'}, {}));
+  uint64_t head = 1ull << 40;
+  std::memcpy(ring->raw().data() + 64, &head, sizeof head);
+  for (int i = 0; i < 1000; ++i) b.link->drain();
+  EXPECT_EQ(b.rx.count(), 0u);
+  EXPECT_TRUE(ring->closed());  // the receiver let go of it
+  char c;
+  EXPECT_EQ(::recv(conn, &c, 1, MSG_DONTWAIT), 0);  // and of its connection
+  ::close(conn);
+  // An honest sender still gets through.
+  a.link->send(b.addr, packet(7));
+  b.drain_until(1);
+  ASSERT_EQ(b.rx.count(), 1u);
+  EXPECT_EQ(b.rx.psns[0], 7u);
+}
+
+// A receiver whose process dies leaves its ring open (nothing closes it): the
+// sender learns it from the connection's end, which its own drains watch, and
+// its next packet finds another way (here UDP: the name went with the process).
+TEST(HostLink, AReceiverThatDiesWithoutClosingItsRingIsNoticed) {
+  int to_child[2], to_parent[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(to_parent), 0);
+  const in_addr baddr = test_addr(2);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The receiver: binds its name, tells the parent, takes the ring up, dies.
+    RealTimeScheduler cs;
+    End b(cs, 2, 30s, true, baddr);  // the parent's address: getpid() differs here
+    char c = 'r';
+    (void)!::write(to_parent[1], &c, 1);
+    (void)!::read(to_child[0], &c, 1);
+    for (int i = 0; i < 100000 && b.rx.count() == 0; ++i) b.link->drain();
+    ::_exit(b.rx.count() == 1 ? 0 : 1);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  RealTimeScheduler s;
+  End a(s, 1, 100ms);
+  a.link->send(baddr, packet(1));
+  ASSERT_EQ(::write(to_child[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(a.udp.sent.empty());
+  a.link->drain();  // sees the connection end
+  a.link->send(baddr, packet(2));
+  ASSERT_EQ(a.udp.sent.size(), 1u);
+  EXPECT_EQ(a.counters.host_drops, 0u);
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) ::close(fd);
 }
 
 }  // namespace

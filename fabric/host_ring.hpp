@@ -1,0 +1,88 @@
+// HostRing: a single-producer, single-consumer ring of packets in a shared
+// memory file (memfd), one per direction between two processes of one host.
+// The same-host path (fabric/host_link.hpp) writes packets here instead of
+// making one system call per packet; the connection it came over carries the
+// ring's file (SCM_RIGHTS), the wake-ups and the end of the peer.
+//
+// Layout: a 4 KiB header, then kDataBytes of records. The header holds three
+// counters on cache lines of their own: `head` (bytes the producer has
+// written, monotonic), `tail` (bytes the consumer has taken, monotonic) and
+// `need_wake` (set by a consumer about to sleep: the producer that takes it
+// down sends one wake-up), plus `closed` (the consumer is gone) and `attached`
+// (the consumer has mapped it). A record is
+// a 32-bit length, 4 reserved bytes, then that many bytes, padded to 8; a
+// record that does not fit before the end is preceded by a wrap mark (length
+// kWrap) and starts at offset 0. A record never exceeds kMaxRecord.
+//
+// The peer is another process, so nothing read from the mapping is trusted:
+// the consumer keeps its own tail, checks the head against it and every length
+// against the ring's bounds and kMaxRecord, copies a record out before anyone
+// parses it, and reports a ring that breaks these rules as garbled (its owner
+// then drops it). The file is sealed against shrinking before it is shared,
+// and the consumer refuses one that is not, so the mapping cannot fault.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace softverbs::fabric {
+
+class HostRing {
+ public:
+  static constexpr size_t kHeaderBytes = 4096;
+  static constexpr size_t kDataBytes = size_t{4} << 20;
+  static constexpr size_t kMaxRecord = 8 + 65536;  // the 8-byte source prefix and a UDP payload
+  static constexpr uint32_t kWrap = 0xffffffffu;
+
+  // A new ring in a sealed memfd; *fd gets the file to pass to the consumer
+  // (close-on-exec; the caller closes it). Null (and errno) on failure.
+  static std::unique_ptr<HostRing> create(int* fd, size_t data_bytes = kDataBytes);
+  // Maps a ring received from a peer; takes no ownership of fd. Null and
+  // *why set when the file is not a sealed file of the expected size.
+  static std::unique_ptr<HostRing> attach(int fd, std::string* why, size_t data_bytes = kDataBytes);
+  ~HostRing();
+  HostRing(const HostRing&) = delete;
+  HostRing& operator=(const HostRing&) = delete;
+
+  // Producer. Appends one record made of `a` then `b`; false when the ring
+  // has no room for it now (or the consumer's tail is nonsense: then never).
+  bool put(std::span<const uint8_t> a, std::span<const uint8_t> b);
+  // After put: true once per consumer sleep, when the producer must wake it.
+  bool take_wake();
+  // The consumer said it is gone.
+  bool closed() const;
+  // The consumer has mapped the ring (attach() says so in the header).
+  bool attached() const;
+
+  // Consumer. 1: one record copied into `out`; 0: empty; -1: garbled.
+  int take(std::vector<uint8_t>& out);
+  // Whether a record waits (no system call; a garbled head counts as one, so
+  // that take() reports it).
+  bool pending() const;
+  // About to sleep: asks the producer for a wake-up. True if records arrived
+  // meanwhile (the caller takes them instead of sleeping).
+  bool arm();
+  // The producer need not wake this consumer (it is polling).
+  void disarm();
+  void close();
+
+  // Tests: the raw mapping, to write hostile contents into it.
+  std::span<uint8_t> raw() { return {base_, kHeaderBytes + size_}; }
+
+ private:
+  HostRing(uint8_t* base, size_t size) : base_(base), size_(size) {}
+  uint64_t& word(size_t at) const { return *reinterpret_cast<uint64_t*>(base_ + at); }
+
+  uint8_t* base_;
+  size_t size_;
+  // Each side's own copy of its counter: the shared one is only published,
+  // never read back (the peer may have written anything there).
+  uint64_t head_ = 0;
+  uint64_t tail_ = 0;
+};
+
+}  // namespace softverbs::fabric

@@ -1,0 +1,156 @@
+// HostRing (fabric/host_ring.hpp), the shared-memory packet ring of the
+// same-host path: records of every size wrap around the end in order, a full
+// ring refuses until the consumer takes, the wake-up handshake, and a
+// consumer that survives whatever a hostile producer writes into the shared
+// mapping or passes as the ring's file.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fabric/host_ring.hpp"
+
+namespace softverbs::fabric {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+constexpr size_t kSmall = 4096;  // a small ring, so the tests wrap often
+
+struct Pair {
+  explicit Pair(size_t data = kSmall) {
+    producer = HostRing::create(&fd, data);
+    EXPECT_TRUE(producer);
+    std::string why;
+    consumer = HostRing::attach(fd, &why, data);
+    EXPECT_TRUE(consumer) << why;
+  }
+  ~Pair() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd = -1;
+  std::unique_ptr<HostRing> producer, consumer;
+};
+
+Bytes record(uint32_t n, size_t size) {
+  Bytes b(size);
+  for (size_t i = 0; i < size; ++i) b[i] = static_cast<uint8_t>(n * 31 + i);
+  return b;
+}
+
+TEST(HostRing, RecordsOfEverySizeWrapAroundInOrder) {
+  Pair p;
+  std::mt19937 rng(7);
+  uint32_t written = 0, read = 0;
+  Bytes out;
+  // Many times the ring's size, the producer a few records ahead.
+  while (read < 5000) {
+    while (written - read < 5) {
+      const size_t size = rng() % 700;
+      const Bytes r = record(written, size);
+      // Split across the two spans as the link does (prefix, packet).
+      const size_t cut = size / 3;
+      if (!p.producer->put(std::span(r).first(cut), std::span(r).subspan(cut))) break;
+      ++written;
+    }
+    ASSERT_EQ(p.consumer->take(out), 1);
+    // The record's bytes tell which one it is and how it was built.
+    ASSERT_EQ(out, record(read, out.size()));
+    ++read;
+  }
+  while (p.consumer->take(out) == 1) ++read;
+  EXPECT_EQ(read, written);
+  EXPECT_FALSE(p.consumer->pending());
+}
+
+TEST(HostRing, AFullRingRefusesUntilTheConsumerTakes) {
+  Pair p;
+  const Bytes r = record(1, 1000);
+  int put = 0;
+  while (p.producer->put(r, {})) ++put;
+  EXPECT_EQ(put, 4);  // 4 × (8 + 1000) bytes fit in 4096, a fifth does not
+  EXPECT_FALSE(p.producer->put(r, {}));
+  Bytes out;
+  ASSERT_EQ(p.consumer->take(out), 1);
+  EXPECT_EQ(out, r);
+  EXPECT_TRUE(p.producer->put(r, {}));
+  // Larger than any record may be: never accepted.
+  EXPECT_FALSE(p.producer->put(Bytes(HostRing::kMaxRecord + 1), {}));
+}
+
+TEST(HostRing, OneWakeUpPerSleep) {
+  Pair p;
+  EXPECT_FALSE(p.consumer->arm());  // empty: it may sleep
+  const Bytes r = record(2, 10);
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_TRUE(p.producer->take_wake());   // the one wake-up
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_FALSE(p.producer->take_wake());  // already woken
+  EXPECT_TRUE(p.consumer->arm());         // records wait: do not sleep
+  p.consumer->disarm();
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_FALSE(p.producer->take_wake());  // a polling consumer needs none
+  EXPECT_FALSE(p.producer->closed());
+  p.consumer->close();
+  EXPECT_TRUE(p.producer->closed());
+}
+
+TEST(HostRing, AttachRefusesAFileThatIsNotASealedRing) {
+  std::string why;
+  const int plain = ::memfd_create("plain", MFD_CLOEXEC);
+  ASSERT_GE(plain, 0);
+  ASSERT_EQ(::ftruncate(plain, HostRing::kHeaderBytes + kSmall), 0);
+  EXPECT_FALSE(HostRing::attach(plain, &why, kSmall));  // unsealed: it could shrink under us
+  EXPECT_NE(why.find("sealed"), std::string::npos) << why;
+  ::close(plain);
+  Pair p;
+  EXPECT_FALSE(HostRing::attach(p.fd, &why, kSmall * 2));  // not the expected size
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  EXPECT_FALSE(HostRing::attach(fds[0], &why, kSmall));  // not a file at all
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+// Whatever the producer writes into the mapping, the consumer reports a
+// garbled ring or takes records within bounds; it never reads outside.
+TEST(HostRing, HostileContentsNeverCrashTheConsumer) {
+  std::mt19937_64 rng(42);
+  Bytes out;
+  for (int round = 0; round < 3000; ++round) {
+    Pair p;
+    std::span<uint8_t> raw = p.consumer->raw();
+    // Some valid records first, so the garbage lands among real ones.
+    for (int i = 0; i < static_cast<int>(rng() % 8); ++i) (void)p.producer->put(record(i, rng() % 900), {});
+    auto poke64 = [&](size_t at, uint64_t v) { std::memcpy(raw.data() + at, &v, sizeof v); };
+    auto poke32 = [&](size_t at, uint32_t v) { std::memcpy(raw.data() + at, &v, sizeof v); };
+    switch (round % 6) {
+      case 0: poke64(64, rng()); break;                             // any head
+      case 1: poke64(64, rng() % (2 * kSmall)); break;              // a head near the ring
+      case 2: poke32(HostRing::kHeaderBytes, static_cast<uint32_t>(rng())); break;  // the first length
+      case 3: poke32(HostRing::kHeaderBytes, HostRing::kWrap); break;               // a wrap at 0
+      case 4:                                                       // random bytes anywhere in the data
+        for (int i = 0; i < 16; ++i) raw[HostRing::kHeaderBytes + rng() % kSmall] = static_cast<uint8_t>(rng());
+        poke64(64, rng() % (3 * kSmall));
+        break;
+      default:  // lengths claiming more than the head allows
+        poke64(64, 16);
+        poke32(HostRing::kHeaderBytes, 4000);
+        break;
+    }
+    int r = 0;
+    for (int i = 0; i < 100 && (r = p.consumer->take(out)) == 1; ++i) ASSERT_LE(out.size(), HostRing::kMaxRecord);
+    EXPECT_GE(r, -1);
+  }
+}
+
+}  // namespace
+}  // namespace softverbs::fabric
