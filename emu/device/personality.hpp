@@ -107,6 +107,9 @@ struct Personality {
   // above 7, min_rnr_timer above 31 and path_mtu 0 are accepted by
   // ibv_modify_qp (rxe); true: EINVAL (ConnectX).
   bool validate_qp_attributes = true;
+  // uc_sqd_av: a UC QP's SQD->SQD with IBV_QP_AV, which the IBTA allows (and
+  // ConnectX takes), is EINVAL (rxe).
+  bool uc_sqd_av_refused = false;
 
   // [mr]: local-only regions (no remote access) get rkey 0 (rxe).
   bool local_only_rkey_zero = false;

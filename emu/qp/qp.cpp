@@ -147,6 +147,11 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   const ibv_qp_state cur = t.cur;
   const ibv_qp_state next = t.next;
   if (!modify_qp_is_ok(type_, cur, next, mask)) return EINVAL;
+  // IBTA 10.3.1 lets a UC QP take a new address vector in SQD->SQD; rxe's
+  // kernel refuses it (the personality's qp.uc_sqd_av).
+  if (type_ == IBV_QPT_UC && cur == IBV_QPS_SQD && next == IBV_QPS_SQD && (mask & IBV_QP_AV) &&
+      personality().uc_sqd_av_refused)
+    return EINVAL;
   if (int err = validate_qp_attr_values(*attr, mask, limits_of(device()), attr_.port_num)) return err;
   if (int err = check_path_migration_locked(*attr, mask, cur, next)) return err;
   if (mask & IBV_QP_AV) {

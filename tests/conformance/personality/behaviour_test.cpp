@@ -384,6 +384,40 @@ TEST_F(RxeBehaviour, QpAttributesAreNotRangeChecked) {
   EXPECT_GE(attr.path_mtu, IBV_MTU_256) << "path_mtu 0 keeps the port's MTU";
 }
 
+// A UC QP connected to itself, drained to SQD, then SQD->SQD with a new
+// address vector (IBTA 10.3.1 lists it among UC's optional attributes): the
+// result of that modify, or -1 if the QP could not be set up.
+int uc_sqd_to_sqd_with_av(ibv_pd* pd, ibv_cq* cq, ibv_context* ctx) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_UC;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  if (!qp) return -1;
+  ibv_gid gid{};
+  EXPECT_EQ(ibv_query_gid(ctx, 1, 1, &gid), 0);
+  const ibv_ah_attr ah = ah_to_gid(gid, 1);
+  int rc = -1;
+  if (softverbs::testkit::connect_qp(qp, qp->qp_num, ah, {}) && to_sqd(qp) == 0 &&
+      softverbs::testkit::query_state(qp) == IBV_QPS_SQD) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.ah_attr = ah;
+    rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV);
+  }
+  ibv_destroy_qp(qp);
+  return rc;
+}
+
+TEST_F(ConnectxBehaviour, UcSqdToSqdTakesAnAddressVector) {
+  EXPECT_EQ(uc_sqd_to_sqd_with_av(pd_, cq_a_, ctx_), 0);
+}
+
+TEST_F(RxeBehaviour, UcSqdToSqdRefusesAnAddressVector) {
+  EXPECT_EQ(uc_sqd_to_sqd_with_av(pd_, cq_a_, ctx_), EINVAL);
+}
+
 // ---- posting -----------------------------------------------------------------
 
 // A QP with nothing queued moved to the error state, then one receive posted.
