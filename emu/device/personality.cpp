@@ -130,6 +130,12 @@ const ChoiceKey kChoiceKeys[] = {
     {"qp", "uc_sqd_av", {{"accept", 0}, {"refuse", 1}}, [](Personality& p, int v) {
        p.uc_sqd_av_refused = v != 0;
      }},
+    {"post", "unsupported_opcode", {{"fail", 0}, {"refuse", 1}}, [](Personality& p, int v) {
+       p.unsupported_opcode_refused = v != 0;
+     }},
+    {"post", "misaligned_atomic", {{"fail", 0}, {"refuse", 1}}, [](Personality& p, int v) {
+       p.misaligned_atomic_refused = v != 0;
+     }},
     {"mr", "local_only_rkey", {{"key", 0}, {"zero", 1}}, [](Personality& p, int v) {
        p.local_only_rkey_zero = v != 0;
      }},

@@ -35,7 +35,9 @@ bool same(const Personality& a, const Personality& b) {
          a.event_qp_access_err == b.event_qp_access_err && a.event_last_wqe_reached == b.event_last_wqe_reached &&
          a.sq_drained_always == b.sq_drained_always && a.before_rts_refused == b.before_rts_refused &&
          a.bad_wr_on_refusal == b.bad_wr_on_refusal && a.local_only_rkey_zero == b.local_only_rkey_zero && a.srq_resize == b.srq_resize &&
-         a.validate_qp_attributes == b.validate_qp_attributes && a.uc_sqd_av_refused == b.uc_sqd_av_refused;
+         a.validate_qp_attributes == b.validate_qp_attributes && a.uc_sqd_av_refused == b.uc_sqd_av_refused &&
+         a.unsupported_opcode_refused == b.unsupported_opcode_refused &&
+         a.misaligned_atomic_refused == b.misaligned_atomic_refused;
 }
 
 TEST(PersonalityTest, ConnectxFileMatchesTheBuiltInValues) {
@@ -81,6 +83,8 @@ TEST(PersonalityTest, RxeFileCarriesRxesValues) {
   EXPECT_FALSE(p.bad_wr_on_refusal);
   EXPECT_TRUE(p.local_only_rkey_zero);
   EXPECT_TRUE(p.uc_sqd_av_refused);
+  EXPECT_TRUE(p.unsupported_opcode_refused);
+  EXPECT_TRUE(p.misaligned_atomic_refused);
 }
 
 TEST(PersonalityTest, BehaviourKeysParse) {
@@ -88,7 +92,7 @@ TEST(PersonalityTest, BehaviourKeysParse) {
   std::string error;
   ASSERT_TRUE(parse_personality("[port]\nmax_mtu = 1024\ngid_tbl_len = 64\n[completions]\nbad_lkey = "
                                 "\"loc_qp_op_err\"\ngrh_on_connected = true\n[events]\nsq_drained = \"always\"\n"
-                                "[post]\nbefore_rts = \"refuse\"\n[mr]\nlocal_only_rkey = \"zero\"\n"
+                                "[post]\nbefore_rts = \"refuse\"\nunsupported_opcode = \"refuse\"\nmisaligned_atomic = \"refuse\"\n[mr]\nlocal_only_rkey = \"zero\"\n"
                                 "[device_ex]\nodp = false\nmax_dm_size = 0\n[qp]\nuc_sqd_av = \"refuse\"\n",
                                 &p, &error))
       << error;
@@ -102,6 +106,8 @@ TEST(PersonalityTest, BehaviourKeysParse) {
   EXPECT_FALSE(p.odp);
   EXPECT_EQ(p.max_dm_size, 0u);
   EXPECT_TRUE(p.uc_sqd_av_refused);
+  EXPECT_TRUE(p.unsupported_opcode_refused);
+  EXPECT_TRUE(p.misaligned_atomic_refused);
   // Untouched tables keep the built-in (ConnectX) behaviour.
   EXPECT_TRUE(p.event_qp_access_err);
   EXPECT_TRUE(p.flush_posted_in_error);
@@ -190,6 +196,8 @@ TEST(PersonalityTest, BadFilesGiveAnErrorNamingTheLineOrKey) {
       {"[events]\nsq_drained = \"never\"\n", "events.sq_drained must be \"when_asked\" or \"always\""},
       {"[post]\nbefore_rts = \"drop\"\n", "post.before_rts"},
       {"[post]\nbad_wr_on_refusal = false\n", "post.bad_wr_on_refusal"},
+      {"[post]\nunsupported_opcode = \"post\"\n", "post.unsupported_opcode must be \"fail\" or \"refuse\""},
+      {"[post]\nmisaligned_atomic = true\n", "post.misaligned_atomic"},
       {"[mr]\nlocal_only_rkey = 0\n", "mr.local_only_rkey"},
       {"[mr]\nodp = false\n", "unknown key mr.odp"},
       {"[queues]\nsrq_resize = \"yes\"\n", "queues.srq_resize must be true or false"},
