@@ -77,6 +77,8 @@ struct RunOptions {
 std::optional<softverbs::emu::Config> config_of(const std::string& spec, std::string* error) {
   using namespace softverbs;
   if (spec.empty()) return emu::config_from_env(error);
+  // The view describes the devices of the personality the program will run with.
+  if (!emu::personality_from_env(error)) return std::nullopt;
   return emu::parse_config(spec.c_str(), env::link_layer(), env::mtu(), error);
 }
 

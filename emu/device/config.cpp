@@ -183,6 +183,18 @@ bool devices_match(const Config& c, const fabric::Topology& t, std::string* erro
 
 }  // namespace
 
+bool personality_from_env(std::string* error) {
+  const char* spec = env::personality();
+  if (!spec || !*spec) return true;
+  Personality persona;
+  if (!load_personality(spec, &persona, error)) {
+    *error = "SOFTVERBS_PERSONALITY: " + *error;
+    return false;
+  }
+  set_personality(persona);
+  return true;
+}
+
 std::optional<Config> config_from_env(std::string* error) {
   std::optional<fabric::Topology> topology;
   std::string topology_devices;
@@ -201,14 +213,7 @@ std::optional<Config> config_from_env(std::string* error) {
   // object sees one personality for the life of the process. A bad one lists no
   // devices, as a bad SOFTVERBS_DEVICES does: running as ConnectX when rxe was
   // asked for would pass tests meant to fail.
-  if (const char* spec = env::personality(); spec && *spec) {
-    Personality persona;
-    if (!load_personality(spec, &persona, error)) {
-      *error = "SOFTVERBS_PERSONALITY: " + *error;
-      return std::nullopt;
-    }
-    set_personality(persona);
-  }
+  if (!personality_from_env(error)) return std::nullopt;
   for (DeviceConfig& d : config->devices) d.vendor_part_id = personality().vendor_part_id;
   const char* part = env::vendor_part_id();
   if (!part || !*part) return config;

@@ -47,6 +47,11 @@ std::optional<uint32_t> parse_vendor_part_id(std::string_view text);
 // devices when SOFTVERBS_DEVICES is unset, and must be its names when it is set).
 std::optional<Config> config_from_env(std::string* error);
 
+// Reads SOFTVERBS_PERSONALITY, if set, and makes it the active personality
+// (config_from_env does; the launcher's sysfs view with --devices too). False
+// with *error naming the variable when it cannot be loaded.
+bool personality_from_env(std::string* error);
+
 std::optional<ibv_mtu> parse_mtu(std::string_view text);
 
 }  // namespace softverbs::emu

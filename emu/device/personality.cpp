@@ -127,6 +127,15 @@ const ChoiceKey kChoiceKeys[] = {
     {"post", "bad_wr_on_refusal", {{"set", 1}, {"unset", 0}}, [](Personality& p, int v) {
        p.bad_wr_on_refusal = v != 0;
      }},
+    {"qp", "uc_sqd_av", {{"accept", 0}, {"refuse", 1}}, [](Personality& p, int v) {
+       p.uc_sqd_av_refused = v != 0;
+     }},
+    {"post", "unsupported_opcode", {{"fail", 0}, {"refuse", 1}}, [](Personality& p, int v) {
+       p.unsupported_opcode_refused = v != 0;
+     }},
+    {"post", "misaligned_atomic", {{"fail", 0}, {"refuse", 1}}, [](Personality& p, int v) {
+       p.misaligned_atomic_refused = v != 0;
+     }},
     {"mr", "local_only_rkey", {{"key", 0}, {"zero", 1}}, [](Personality& p, int v) {
        p.local_only_rkey_zero = v != 0;
      }},

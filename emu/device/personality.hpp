@@ -102,11 +102,22 @@ struct Personality {
   // an SRQ, leave *bad_wr unwritten (rxe).
   bool before_rts_refused = false;
   bool bad_wr_on_refusal = true;
+  // unsupported_opcode / misaligned_atomic: an opcode the QP's service lacks
+  // (RDMA READ and atomics on UC, all but SEND on UD) and an atomic whose
+  // remote address is not 8-byte aligned are posted and fail when the requester
+  // reaches them (false: ConnectX), or ibv_post_send refuses them with EINVAL,
+  // *bad_wr naming them (true: rxe's provider checks them before the kernel
+  // sees them, so post.bad_wr_on_refusal does not apply).
+  bool unsupported_opcode_refused = false;
+  bool misaligned_atomic_refused = false;
 
   // [qp]: validate_attributes false: P_Key indexes past the table, retry_cnt
   // above 7, min_rnr_timer above 31 and path_mtu 0 are accepted by
   // ibv_modify_qp (rxe); true: EINVAL (ConnectX).
   bool validate_qp_attributes = true;
+  // uc_sqd_av: a UC QP's SQD->SQD with IBV_QP_AV, which the IBTA allows (and
+  // ConnectX takes), is EINVAL (rxe).
+  bool uc_sqd_av_refused = false;
 
   // [mr]: local-only regions (no remote access) get rkey 0 (rxe).
   bool local_only_rkey_zero = false;

@@ -34,6 +34,39 @@ class Builder {
   std::vector<SysfsNode>* out_;
 };
 
+// The kernel's rate line for an active width and speed (IBTA 14.2.5.6,
+// PortInfo LinkWidthActive and LinkSpeedActive): the lanes times the lane's
+// nominal rate in Gb/s, with ".5" where it is a half, then "(NX SPEED)". An
+// unknown speed reads as SDR, as the kernel does; an unknown width makes the
+// kernel's read fail (EINVAL), so the file is left out (empty result).
+std::string rate_line(uint8_t width, uint8_t speed) {
+  int lanes = 0;
+  switch (width) {
+    case 1: lanes = 1; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    case 16: lanes = 2; break;
+    default: return {};
+  }
+  // Per-lane rate in tenths of Gb/s.
+  const char* name = "SDR";
+  int tenths = 25;
+  switch (speed) {
+    case 2: name = "DDR"; tenths = 50; break;
+    case 4: name = "QDR"; tenths = 100; break;
+    case 8: name = "FDR10"; tenths = 100; break;
+    case 16: name = "FDR"; tenths = 140; break;
+    case 32: name = "EDR"; tenths = 250; break;
+    case 64: name = "HDR"; tenths = 500; break;
+    case 128: name = "NDR"; tenths = 1000; break;
+    default: break;
+  }
+  const int rate = tenths * lanes;
+  return std::to_string(rate / 10) + (rate % 10 ? ".5" : "") + " Gb/sec (" + std::to_string(lanes) + "X " +
+         name + ")";
+}
+
 // ports/1 of a device: what fill_port_attr() reports for an active port.
 void port_nodes(Builder& b, const ViewDevice& d, const std::string& port) {
   const bool eth = d.config.link_layer == LinkLayer::kEthernet;
@@ -41,9 +74,9 @@ void port_nodes(Builder& b, const ViewDevice& d, const std::string& port) {
   b.dir(port);
   b.file(port + "/state", "4: ACTIVE");
   b.file(port + "/phys_state", std::to_string(caps::kPhysStateLinkUp) + ": LinkUp");
-  // 4X at 25.78125 Gb/s per lane (EDR): the kernel's rate line for caps' width and speed.
-  static_assert(caps::kActiveWidth == 2 && caps::kActiveSpeed == 32, "the rate line below names 4X EDR");
-  b.file(port + "/rate", "100 Gb/sec (4X EDR)");
+  // The personality's active width and speed (4X EDR for ConnectX, 1X SDR for rxe).
+  if (std::string rate = rate_line(personality().active_width, personality().active_speed); !rate.empty())
+    b.file(port + "/rate", rate);
   b.file(port + "/lid", hex(eth ? 0 : id.lid));
   b.file(port + "/sm_lid", hex(eth ? 0 : caps::kSmLid));
   b.file(port + "/sm_sl", "0");

@@ -147,6 +147,11 @@ int Qp::modify(ibv_qp_attr* attr, int attr_mask) {
   const ibv_qp_state cur = t.cur;
   const ibv_qp_state next = t.next;
   if (!modify_qp_is_ok(type_, cur, next, mask)) return EINVAL;
+  // IBTA 10.3.1 lets a UC QP take a new address vector in SQD->SQD; rxe's
+  // kernel refuses it (the personality's qp.uc_sqd_av).
+  if (type_ == IBV_QPT_UC && cur == IBV_QPS_SQD && next == IBV_QPS_SQD && (mask & IBV_QP_AV) &&
+      personality().uc_sqd_av_refused)
+    return EINVAL;
   if (int err = validate_qp_attr_values(*attr, mask, limits_of(device()), attr_.port_num)) return err;
   if (int err = check_path_migration_locked(*attr, mask, cur, next)) return err;
   if (mask & IBV_QP_AV) {
@@ -420,6 +425,14 @@ int Qp::check_send_locked(ibv_qp_state state, const ibv_send_wr& wr, uint32_t qu
   // when the requester reaches it (send_next_packet_locked); only opcodes no
   // emulated service has are refused here.
   if (!opcode_valid_for(IBV_QPT_RC, wr.opcode)) return EINVAL;
+  // rxe refuses at post time what the IBTA lets a device fail at execution
+  // (post.unsupported_opcode, post.misaligned_atomic; atomics work on
+  // naturally aligned 64-bit words, IBTA 9.4.5).
+  const bool service = type_ == IBV_QPT_RC || type_ == IBV_QPT_UC || type_ == IBV_QPT_UD || type_ == IBV_QPT_XRC_SEND;
+  if (service && personality().unsupported_opcode_refused && !opcode_valid_for(type_, wr.opcode)) return EINVAL;
+  if ((wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+      (wr.wr.atomic.remote_addr & 7) && personality().misaligned_atomic_refused)
+    return EINVAL;
   // An XRC_RECV QP has no send queue (IBTA 14.2.4.3).
   if (type_ == IBV_QPT_XRC_RECV) return EINVAL;
   // A bind or local invalidation carries no data: its SGE list is ignored.

@@ -293,6 +293,13 @@ TEST(SysfsCommand, WritesTheFilesUnderDirClass) {
   EXPECT_EQ(read("infiniband/a/ports/1/gids/1"), "0000:0000:0000:0000:0000:ffff:7f00:00da\n");
   EXPECT_EQ(read("infiniband_verbs/uverbs1/ibdev"), "b\n");
   EXPECT_EQ(std::filesystem::read_symlink(dir + "/class/infiniband/b/device/net/lo"), "/sys/class/net/lo");
+  // The rate line follows the personality's active width and speed (the kernel's format).
+  EXPECT_EQ(read("infiniband/a/ports/1/rate"), "100 Gb/sec (4X EDR)\n");
+  std::filesystem::remove_all(dir);
+  ProcessResult rxe = run({SV_CLI, "sysfs", "--devices", "a@127.0.0.218", dir},
+                          clean_env().set("SOFTVERBS_PERSONALITY", "rxe"), 20s);
+  ASSERT_TRUE(rxe.exited_with(0)) << rxe.describe();
+  EXPECT_EQ(read("infiniband/a/ports/1/rate"), "2.5 Gb/sec (1X SDR)\n");
   std::filesystem::remove_all(dir);
 
   ProcessResult bad = run({SV_CLI, "sysfs", "--devices", "a,a", dir}, clean_env(), 20s);

@@ -168,10 +168,11 @@ TEST_P(PostTest, SendBeforeRts) {
 
 TEST_P(PostTest, OpcodeNotValidForTheService) {
   // UC has no RDMA read or atomics, UD only sends. IBTA lets a device refuse
-  // these at post time or complete them in error: ConnectX, rxe and emulated
+  // these at post time or complete them in error: ConnectX and emulated
   // devices accept them at post time and fail the work request later
-  // (IBV_WC_LOC_QP_OP_ERR). Either is accepted, a success never; what happened
-  // is recorded.
+  // (IBV_WC_LOC_QP_OP_ERR); rxe refuses them (docs/hardware.md; the rxe
+  // personality's post.unsupported_opcode). Either is accepted, a success
+  // never; what happened is recorded.
   struct Case {
     ibv_qp_type type;
     ibv_wr_opcode opcode;

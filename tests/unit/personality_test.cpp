@@ -35,7 +35,9 @@ bool same(const Personality& a, const Personality& b) {
          a.event_qp_access_err == b.event_qp_access_err && a.event_last_wqe_reached == b.event_last_wqe_reached &&
          a.sq_drained_always == b.sq_drained_always && a.before_rts_refused == b.before_rts_refused &&
          a.bad_wr_on_refusal == b.bad_wr_on_refusal && a.local_only_rkey_zero == b.local_only_rkey_zero && a.srq_resize == b.srq_resize &&
-         a.validate_qp_attributes == b.validate_qp_attributes;
+         a.validate_qp_attributes == b.validate_qp_attributes && a.uc_sqd_av_refused == b.uc_sqd_av_refused &&
+         a.unsupported_opcode_refused == b.unsupported_opcode_refused &&
+         a.misaligned_atomic_refused == b.misaligned_atomic_refused;
 }
 
 TEST(PersonalityTest, ConnectxFileMatchesTheBuiltInValues) {
@@ -80,6 +82,9 @@ TEST(PersonalityTest, RxeFileCarriesRxesValues) {
   EXPECT_TRUE(p.before_rts_refused);
   EXPECT_FALSE(p.bad_wr_on_refusal);
   EXPECT_TRUE(p.local_only_rkey_zero);
+  EXPECT_TRUE(p.uc_sqd_av_refused);
+  EXPECT_TRUE(p.unsupported_opcode_refused);
+  EXPECT_TRUE(p.misaligned_atomic_refused);
 }
 
 TEST(PersonalityTest, BehaviourKeysParse) {
@@ -87,8 +92,8 @@ TEST(PersonalityTest, BehaviourKeysParse) {
   std::string error;
   ASSERT_TRUE(parse_personality("[port]\nmax_mtu = 1024\ngid_tbl_len = 64\n[completions]\nbad_lkey = "
                                 "\"loc_qp_op_err\"\ngrh_on_connected = true\n[events]\nsq_drained = \"always\"\n"
-                                "[post]\nbefore_rts = \"refuse\"\n[mr]\nlocal_only_rkey = \"zero\"\n"
-                                "[device_ex]\nodp = false\nmax_dm_size = 0\n",
+                                "[post]\nbefore_rts = \"refuse\"\nunsupported_opcode = \"refuse\"\nmisaligned_atomic = \"refuse\"\n[mr]\nlocal_only_rkey = \"zero\"\n"
+                                "[device_ex]\nodp = false\nmax_dm_size = 0\n[qp]\nuc_sqd_av = \"refuse\"\n",
                                 &p, &error))
       << error;
   EXPECT_EQ(p.max_mtu, IBV_MTU_1024);
@@ -100,6 +105,9 @@ TEST(PersonalityTest, BehaviourKeysParse) {
   EXPECT_TRUE(p.local_only_rkey_zero);
   EXPECT_FALSE(p.odp);
   EXPECT_EQ(p.max_dm_size, 0u);
+  EXPECT_TRUE(p.uc_sqd_av_refused);
+  EXPECT_TRUE(p.unsupported_opcode_refused);
+  EXPECT_TRUE(p.misaligned_atomic_refused);
   // Untouched tables keep the built-in (ConnectX) behaviour.
   EXPECT_TRUE(p.event_qp_access_err);
   EXPECT_TRUE(p.flush_posted_in_error);
@@ -188,10 +196,13 @@ TEST(PersonalityTest, BadFilesGiveAnErrorNamingTheLineOrKey) {
       {"[events]\nsq_drained = \"never\"\n", "events.sq_drained must be \"when_asked\" or \"always\""},
       {"[post]\nbefore_rts = \"drop\"\n", "post.before_rts"},
       {"[post]\nbad_wr_on_refusal = false\n", "post.bad_wr_on_refusal"},
+      {"[post]\nunsupported_opcode = \"post\"\n", "post.unsupported_opcode must be \"fail\" or \"refuse\""},
+      {"[post]\nmisaligned_atomic = true\n", "post.misaligned_atomic"},
       {"[mr]\nlocal_only_rkey = 0\n", "mr.local_only_rkey"},
       {"[mr]\nodp = false\n", "unknown key mr.odp"},
       {"[queues]\nsrq_resize = \"yes\"\n", "queues.srq_resize must be true or false"},
       {"[qp]\nvalidate_attributes = 0\n", "qp.validate_attributes must be true or false"},
+      {"[qp]\nuc_sqd_av = false\n", "qp.uc_sqd_av"},
       {"[qp]\nvalidate = true\n", "unknown key qp.validate"},
       {"port = 1\n", "port must be a table"},
       {"[device]\nmax_mcast_qp_attach = 10\nmax_total_mcast_qp_attach = 5\n", "max_total_mcast_qp_attach"},

@@ -1,7 +1,8 @@
 // Vendor personalities, the behaviours (docs/simulation.md, "Vendor
 // personalities"): completion statuses, async events, posting, memory keys and
 // the extended attributes, each observed through the public verbs API between
-// two RC QPs of one device. Connectx* tests run by conformance.personality.connectx
+// two RC QPs of one device (or a UC QP connected to itself where a behaviour is
+// UC's). Connectx* tests run by conformance.personality.connectx
 // (the IBTA's and ConnectX's behaviour), Rxe* by conformance.personality.rxe
 // (what docs/hardware.md records for the Soft-RoCE driver).
 #include <fcntl.h>
@@ -384,6 +385,40 @@ TEST_F(RxeBehaviour, QpAttributesAreNotRangeChecked) {
   EXPECT_GE(attr.path_mtu, IBV_MTU_256) << "path_mtu 0 keeps the port's MTU";
 }
 
+// A UC QP connected to itself, drained to SQD, then SQD->SQD with a new
+// address vector (IBTA 10.3.1 lists it among UC's optional attributes): the
+// result of that modify, or -1 if the QP could not be set up.
+int uc_sqd_to_sqd_with_av(ibv_pd* pd, ibv_cq* cq, ibv_context* ctx) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_UC;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  if (!qp) return -1;
+  ibv_gid gid{};
+  EXPECT_EQ(ibv_query_gid(ctx, 1, 1, &gid), 0);
+  const ibv_ah_attr ah = ah_to_gid(gid, 1);
+  int rc = -1;
+  if (softverbs::testkit::connect_qp(qp, qp->qp_num, ah, {}) && to_sqd(qp) == 0 &&
+      softverbs::testkit::query_state(qp) == IBV_QPS_SQD) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.ah_attr = ah;
+    rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV);
+  }
+  ibv_destroy_qp(qp);
+  return rc;
+}
+
+TEST_F(ConnectxBehaviour, UcSqdToSqdTakesAnAddressVector) {
+  EXPECT_EQ(uc_sqd_to_sqd_with_av(pd_, cq_a_, ctx_), 0);
+}
+
+TEST_F(RxeBehaviour, UcSqdToSqdRefusesAnAddressVector) {
+  EXPECT_EQ(uc_sqd_to_sqd_with_av(pd_, cq_a_, ctx_), EINVAL);
+}
+
 // ---- posting -----------------------------------------------------------------
 
 // A QP with nothing queued moved to the error state, then one receive posted.
@@ -393,6 +428,85 @@ int post_after_error(ibv_qp* qp) {
   wr.wr_id = 9;
   ibv_recv_wr* bad = nullptr;
   return ibv_post_recv(qp, &wr, &bad);
+}
+
+// An atomic on a misaligned remote address (buf_b_ + 4); ibv_post_send's result.
+int post_misaligned_atomic(ibv_qp* qp, ibv_mr* local, ibv_mr* remote, ibv_send_wr* wr, ibv_send_wr** bad) {
+  static ibv_sge sge;
+  sge = {reinterpret_cast<uintptr_t>(local->addr), 8, local->lkey};
+  *wr = {};
+  wr->wr_id = 7;
+  wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr->sg_list = &sge;
+  wr->num_sge = 1;
+  wr->send_flags = IBV_SEND_SIGNALED;
+  wr->wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(remote->addr) + 4;
+  wr->wr.atomic.rkey = remote->rkey;
+  wr->wr.atomic.compare_add = 1;
+  return ibv_post_send(qp, wr, bad);
+}
+
+TEST_F(ConnectxBehaviour, MisalignedAtomicFailsAtTheResponder) {
+  connect();
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(post_misaligned_atomic(a_, mr_a_, mr_b_, &wr, &bad), 0);
+  EXPECT_EQ(one(cq_a_).status, IBV_WC_REM_INV_REQ_ERR);
+}
+
+TEST_F(RxeBehaviour, MisalignedAtomicIsRefusedAtPost) {
+  connect();
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(post_misaligned_atomic(a_, mr_a_, mr_b_, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+  EXPECT_EQ(state(a_), IBV_QPS_RTS);
+}
+
+// An RDMA READ posted to a UC QP (UC has no reads) connected to itself.
+int post_read_on_uc(ibv_pd* pd, ibv_cq* cq, ibv_context* ctx, ibv_mr* mr, ibv_send_wr** bad, ibv_send_wr* wr) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_UC;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp* qp = ibv_create_qp(pd, &init);
+  if (!qp) return -1;
+  ibv_gid gid{};
+  EXPECT_EQ(ibv_query_gid(ctx, 1, 1, &gid), 0);
+  int rc = -1;
+  if (softverbs::testkit::connect_qp(qp, qp->qp_num, ah_to_gid(gid, 1), {})) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(mr->addr), 8, mr->lkey};
+    *wr = {};
+    wr->wr_id = 5;
+    wr->opcode = IBV_WR_RDMA_READ;
+    wr->sg_list = &sge;
+    wr->num_sge = 1;
+    wr->send_flags = IBV_SEND_SIGNALED;
+    wr->wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mr->addr);
+    wr->wr.rdma.rkey = mr->rkey;
+    rc = ibv_post_send(qp, wr, bad);
+  }
+  // Its completion, if any, is read before the QP goes.
+  if (rc == 0) {
+    std::vector<ibv_wc> wcs = poll_completions(cq, 1, kWaitMs);
+    rc = wcs.size() == 1 && wcs[0].status == IBV_WC_LOC_QP_OP_ERR ? 0 : -2;
+  }
+  ibv_destroy_qp(qp);
+  return rc;
+}
+
+TEST_F(ConnectxBehaviour, OpcodeAServiceLacksFailsAtExecution) {
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(post_read_on_uc(pd_, cq_a_, ctx_, mr_a_, &bad, &wr), 0) << "posted, then IBV_WC_LOC_QP_OP_ERR";
+}
+
+TEST_F(RxeBehaviour, OpcodeAServiceLacksIsRefusedAtPost) {
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(post_read_on_uc(pd_, cq_a_, ctx_, mr_a_, &bad, &wr), EINVAL);
+  EXPECT_EQ(bad, &wr);
 }
 
 TEST_F(ConnectxBehaviour, WorkPostedInErrorIsFlushed) {
