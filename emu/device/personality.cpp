@@ -118,6 +118,9 @@ const ChoiceKey kChoiceKeys[] = {
     {"completions", "send_inv_of_region", {{"fail", 1}, {"complete", 0}}, [](Personality& p, int v) {
        p.send_inv_of_region_fails = v != 0;
      }},
+    {"completions", "local_error", {{"immediate", 0}, {"in_order", 1}}, [](Personality& p, int v) {
+       p.local_error_in_order = v != 0;
+     }},
     {"events", "sq_drained", {{"when_asked", 0}, {"always", 1}}, [](Personality& p, int v) {
        p.sq_drained_always = v != 0;
      }},

@@ -88,6 +88,11 @@ struct Personality {
   // Work posted to a QP in the error state completes at once, flushed (IBTA
   // 10.8.3.1); false: it stays queued and never completes (rxe).
   bool flush_posted_in_error = true;
+  // A send WQE that fails locally at the requester (an SGE no region covers)
+  // while WQEs before it are unacknowledged: false fails it at once and flushes
+  // those (ConnectX); true lets them complete as their acknowledgements arrive,
+  // then fails it (rxe).
+  bool local_error_in_order = false;
 
   // [events]: the affiliated asynchronous events raised.
   bool event_qp_access_err = true;

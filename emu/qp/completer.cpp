@@ -149,7 +149,40 @@ void Qp::retire_acked_locked() {
     sq_.pop();
     if (req_.tx_index > 0) --req_.tx_index;
   }
+  release_held_error_locked();
   check_drained_locked();
+}
+
+void Qp::fail_local_locked(SendWqe& w, ibv_wc_status status) {
+  // ConnectX fails the WQE at once, flushing the earlier ones still in flight;
+  // rxe completes those first, as their acknowledgements arrive, and only then
+  // reports the error (the personality's completions.local_error).
+  const uint32_t index = req_.tx_index;
+  if (!personality().local_error_in_order || !requester_reliable() || index >= sq_.size() || &sq_.at(index) != &w ||
+      first_unacked_locked() >= index) {
+    fail_send_locked(&w, status);
+    return;
+  }
+  req_.held_error_pos = sq_.head_position() + index;
+  req_.held_error = status;
+}
+
+void Qp::release_held_error_locked() {
+  // Everything before the held WQE acknowledged (and retired): it fails now,
+  // exactly as an immediate local error would. An earlier WQE that fails
+  // instead (its retries exhausted, a NAK) moves the QP to the error state,
+  // which drops the held error and flushes the WQE.
+  if (req_.held_error == IBV_WC_SUCCESS) return;
+  const uint64_t head = sq_.head_position();
+  if (req_.held_error_pos < head || req_.held_error_pos - head >= sq_.size()) {
+    req_.held_error = IBV_WC_SUCCESS;  // the WQE is gone (flushed)
+    return;
+  }
+  const uint32_t index = static_cast<uint32_t>(req_.held_error_pos - head);
+  if (first_unacked_locked() < index) return;
+  const ibv_wc_status status = req_.held_error;
+  req_.held_error = IBV_WC_SUCCESS;
+  fail_send_locked(&sq_.at(index), status);
 }
 
 void Qp::check_drained_locked() {

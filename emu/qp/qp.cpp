@@ -260,6 +260,7 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
     if (req_.rnr_waiting) trace_timer_locked("rnr_wait", "cancelled");
     if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
     req_.rnr_waiting = false;
+    req_.held_error = IBV_WC_SUCCESS;
     error_pending_ = false;
     deadline_ = {};
     ibv_qp_attr fresh{};
@@ -574,6 +575,7 @@ void Qp::flush_locked() {
   req_.tx_index = 0;
   req_.tx_offset = 0;
   req_.rnr_waiting = false;
+  req_.held_error = IBV_WC_SUCCESS;
   // Every outstanding work request completes with IBV_WC_WR_FLUSH_ERR, signaled or
   // not: completions in error are always generated (IBTA 10.8.3).
   auto push = [this](Cq* cq, uint64_t wr_id, ibv_wc_opcode opcode, uint64_t trace_id) {

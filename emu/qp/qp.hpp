@@ -182,6 +182,11 @@ class Qp {
   // Fails w (the oldest unacknowledged send WQE when null) with `status`, after
   // completing the WQEs before it, and moves the QP to the error state.
   void fail_send_locked(SendWqe* w, ibv_wc_status status);
+  // A local error the requester met at w (the WQE at req_.tx_index): fails it
+  // at once, or, under the personality's in-order local errors with earlier
+  // WQEs unacknowledged, holds it until they are (release_held_error_locked).
+  void fail_local_locked(SendWqe& w, ibv_wc_status status);
+  void release_held_error_locked();
   void arm_timer_locked();
   void on_timer();
   // The trace's timer records (core/trace.hpp): which timer is armed now.

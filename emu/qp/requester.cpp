@@ -217,6 +217,8 @@ bool Qp::send_ud_locked() {
 
 bool Qp::send_next_packet_locked() {
   if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
+  // A held local error (fail_local_locked): nothing is sent from its WQE on.
+  if (req_.held_error != IBV_WC_SUCCESS && sq_.head_position() + req_.tx_index >= req_.held_error_pos) return false;
   if (!opcode_valid_for(type_, sq_.at(req_.tx_index).opcode)) {
     // An opcode the QP's service does not have (an RDMA READ on UC, an RDMA
     // WRITE on UD, ...) was posted, as ConnectX lets it be: it completes with a
@@ -376,7 +378,7 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
       static thread_local std::vector<std::span<uint8_t>> spans;
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, req_.tx_offset, len, 0, spans)) {
         mr_lock.unlock();
-        fail_send_locked(&w, personality().bad_lkey);  // an SGE no region covers
+        fail_local_locked(w, personality().bad_lkey);  // an SGE no region covers
         return false;
       }
       for (auto& s : spans) payload.emplace_back(s.data(), s.size());

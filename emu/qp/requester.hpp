@@ -3,6 +3,8 @@
 // completer (completer.hpp) retires what the requester has sent.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <cstdint>
 
 namespace softverbs::emu {
@@ -18,6 +20,13 @@ struct RequesterState {
   // A packet from the peer QP arrived since the last local ACK timeout: the
   // timeout then does not count against the retry count (see Qp::on_timer).
   bool heard_from_peer = false;
+  // A local error met at a WQE while earlier ones were unacknowledged, held
+  // back until they are (personality completions.local_error "in_order"):
+  // the WQE's send queue position (WorkQueue::head_position based) and its
+  // status; IBV_WC_SUCCESS when none is held. The requester sends nothing
+  // from that WQE on.
+  uint64_t held_error_pos = 0;
+  ibv_wc_status held_error = IBV_WC_SUCCESS;
 };
 
 }  // namespace softverbs::emu

@@ -32,6 +32,7 @@ bool same(const Personality& a, const Personality& b) {
          a.recv_too_small_receiver == b.recv_too_small_receiver &&
          a.send_inv_of_region_fails == b.send_inv_of_region_fails && a.grh_on_connected == b.grh_on_connected &&
          a.error_wakes_solicited == b.error_wakes_solicited && a.flush_posted_in_error == b.flush_posted_in_error &&
+         a.local_error_in_order == b.local_error_in_order &&
          a.event_qp_access_err == b.event_qp_access_err && a.event_last_wqe_reached == b.event_last_wqe_reached &&
          a.sq_drained_always == b.sq_drained_always && a.before_rts_refused == b.before_rts_refused &&
          a.bad_wr_on_refusal == b.bad_wr_on_refusal && a.local_only_rkey_zero == b.local_only_rkey_zero && a.srq_resize == b.srq_resize &&
@@ -76,6 +77,7 @@ TEST(PersonalityTest, RxeFileCarriesRxesValues) {
   EXPECT_TRUE(p.grh_on_connected);
   EXPECT_FALSE(p.error_wakes_solicited);
   EXPECT_FALSE(p.flush_posted_in_error);
+  EXPECT_TRUE(p.local_error_in_order);
   EXPECT_FALSE(p.event_qp_access_err);
   EXPECT_FALSE(p.event_last_wqe_reached);
   EXPECT_TRUE(p.sq_drained_always);
@@ -91,7 +93,7 @@ TEST(PersonalityTest, BehaviourKeysParse) {
   Personality p;
   std::string error;
   ASSERT_TRUE(parse_personality("[port]\nmax_mtu = 1024\ngid_tbl_len = 64\n[completions]\nbad_lkey = "
-                                "\"loc_qp_op_err\"\ngrh_on_connected = true\n[events]\nsq_drained = \"always\"\n"
+                                "\"loc_qp_op_err\"\ngrh_on_connected = true\nlocal_error = \"in_order\"\n[events]\nsq_drained = \"always\"\n"
                                 "[post]\nbefore_rts = \"refuse\"\nunsupported_opcode = \"refuse\"\nmisaligned_atomic = \"refuse\"\n[mr]\nlocal_only_rkey = \"zero\"\n"
                                 "[device_ex]\nodp = false\nmax_dm_size = 0\n[qp]\nuc_sqd_av = \"refuse\"\n",
                                 &p, &error))
@@ -100,6 +102,7 @@ TEST(PersonalityTest, BehaviourKeysParse) {
   EXPECT_EQ(p.gid_tbl_len, 64);
   EXPECT_EQ(p.bad_lkey, IBV_WC_LOC_QP_OP_ERR);
   EXPECT_TRUE(p.grh_on_connected);
+  EXPECT_TRUE(p.local_error_in_order);
   EXPECT_TRUE(p.sq_drained_always);
   EXPECT_TRUE(p.before_rts_refused);
   EXPECT_TRUE(p.local_only_rkey_zero);
@@ -191,6 +194,7 @@ TEST(PersonalityTest, BadFilesGiveAnErrorNamingTheLineOrKey) {
       {"[completions]\ngrh_on_connected = \"true\"\n", "completions.grh_on_connected must be true or false"},
       {"[completions]\nerror_wakes_solicited = 0\n", "completions.error_wakes_solicited"},
       {"[completions]\nflush_posted_in_error = 1\n", "completions.flush_posted_in_error"},
+      {"[completions]\nlocal_error = \"later\"\n", "completions.local_error"},
       {"[events]\nqp_access_err = \"no\"\n", "events.qp_access_err"},
       {"[events]\nlast_wqe_reached = 2\n", "events.last_wqe_reached"},
       {"[events]\nsq_drained = \"never\"\n", "events.sq_drained must be \"when_asked\" or \"always\""},

@@ -524,6 +524,59 @@ TEST_F(RxeBehaviour, WorkPostedInErrorNeverCompletes) {
   EXPECT_EQ(ibv_poll_cq(cq_b_, 1, &wc), 0);  // the post itself would have flushed it
 }
 
+// A valid SEND, a SEND whose SGE no region covers and another valid SEND,
+// posted at once (b has receives for all): the send completions in order.
+std::vector<ibv_wc> valid_bad_valid(ibv_qp* a, ibv_cq* cq, ibv_mr* mr) {
+  ibv_sge good{reinterpret_cast<uintptr_t>(mr->addr), 64, mr->lkey};
+  ibv_sge broken = good;
+  broken.lkey = mr->lkey + 0x100000;
+  ibv_send_wr wr[3]{};
+  ibv_sge* sges[3] = {&good, &broken, &good};
+  for (int i = 0; i < 3; ++i) {
+    wr[i].wr_id = 10 + static_cast<uint64_t>(i);
+    wr[i].opcode = IBV_WR_SEND;
+    wr[i].sg_list = sges[i];
+    wr[i].num_sge = 1;
+    wr[i].send_flags = IBV_SEND_SIGNALED;
+    if (i) wr[i - 1].next = &wr[i];
+  }
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a, wr, &bad), 0);
+  std::vector<ibv_wc> wcs = poll_completions(cq, 3, kWaitMs);
+  EXPECT_EQ(wcs.size(), 3u);
+  for (size_t i = 0; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].wr_id, 10 + i);
+  return wcs;
+}
+
+TEST_F(ConnectxBehaviour, LocalErrorFailsAtOnceFlushingTheUnacknowledgedSend) {
+  connect();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv_b(4096), 0);
+  const std::vector<ibv_wc> wcs = valid_bad_valid(a_, cq_a_, mr_a_);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(state(a_), IBV_QPS_ERR);
+}
+
+TEST_F(RxeBehaviour, LocalErrorWaitsForTheEarlierSendsAcknowledgement) {
+  connect();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(post_recv_b(4096), 0);
+  const std::vector<ibv_wc> wcs = valid_bad_valid(a_, cq_a_, mr_a_);
+  ASSERT_EQ(wcs.size(), 3u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_SEND);
+  EXPECT_EQ(wcs[1].status, IBV_WC_LOC_QP_OP_ERR);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(state(a_), IBV_QPS_ERR);
+  // The receiver got the first SEND only.
+  const ibv_wc recv = one(cq_b_);
+  EXPECT_EQ(recv.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(recv.byte_len, 64u);
+  ibv_wc more{};
+  EXPECT_EQ(ibv_poll_cq(cq_b_, 1, &more), 0);
+}
+
 // An error completion on a CQ armed for solicited completions only.
 // expect_wake: wait (bounded) for the event; otherwise look once, after the
 // completion is in the CQ (the wake-up is decided when it is queued).
