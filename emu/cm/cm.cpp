@@ -141,13 +141,15 @@ std::vector<Id*> EmuCm::drop_queued_events(Id* id) {
 int EmuCm::get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
   if (!event) return fail(EINVAL);
   auto* ch = reinterpret_cast<Channel*>(channel);
-  for (bool first = true;; first = false) {
+  for (;;) {
     int fd;
     {
       // The channel is looked up on every pass: it may have been destroyed
       // (and freed, with no reader left) since the last one.
       Lock lock(mu_);
-      if (!channels_.count(ch)) return fail(first ? EINVAL : EBADF);
+      // Not a channel (any more): librdmacm would read the descriptor of a
+      // destroyed channel, which is closed, so its read fails with EBADF.
+      if (!channels_.count(ch)) return fail(EBADF);
       // The wait reads a descriptor of its own, of the same open file (so the
       // application's O_NONBLOCK holds for it): the channel may be destroyed
       // meanwhile, closing pub.fd, whose number the next socket or file of the
