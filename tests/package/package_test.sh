@@ -32,7 +32,7 @@ stray=$(find "$prefix" \( -name 'libibverbs*' -o -name 'librdmacm*' \) ! -path "
 runpath=$(readelf -d "$prefix/lib/softverbs/librdmacm.so.1" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
 [ "$runpath" = '$ORIGIN' ] || fail "the installed librdmacm.so.1's run path: '$runpath'"
 deps=$(env -u LD_LIBRARY_PATH ldd "$prefix/lib/softverbs/librdmacm.so.1")
-echo "$deps" | grep -q "libibverbs.so.1 => $prefix/lib/softverbs/libibverbs.so.1" ||
+grep -q "libibverbs.so.1 => $prefix/lib/softverbs/libibverbs.so.1" <<<"$deps" ||
   fail "the installed librdmacm.so.1 does not load the libibverbs.so.1 beside it: $deps"
 
 consumer=$work/consumer
@@ -52,8 +52,11 @@ moved=$work/elsewhere
 mv "$work/opt/softverbs" "$moved"
 [ "$("$moved/bin/softverbs" libdir)" = "$moved/lib/softverbs" ] || fail "the moved launcher's libdir: $("$moved/bin/softverbs" libdir)"
 SOFTVERBS_DEVICES=2 "$moved/bin/softverbs" run -- "$consumer/devcheck" 2 || fail "devcheck through the moved launcher"
-env -u LD_LIBRARY_PATH ldd "$moved/lib/softverbs/librdmacm.so.1" | grep -q "libibverbs.so.1 => $moved/lib/softverbs/libibverbs.so.1" ||
-  fail "the moved librdmacm.so.1 does not load the libibverbs.so.1 beside it"
+# Output into a variable first: with pipefail, `ldd | grep -q` fails whenever grep's
+# early exit makes ldd's next write meet SIGPIPE.
+deps=$(env -u LD_LIBRARY_PATH ldd "$moved/lib/softverbs/librdmacm.so.1")
+grep -q "libibverbs.so.1 => $moved/lib/softverbs/libibverbs.so.1" <<<"$deps" ||
+  fail "the moved librdmacm.so.1 does not load the libibverbs.so.1 beside it: $deps"
 ln -s "$moved/bin/softverbs" "$work/softverbs-link"
 [ "$("$work/softverbs-link" libdir)" = "$moved/lib/softverbs" ] || fail "a symlink to the launcher"
 cflags=$(PKG_CONFIG_PATH="$moved/lib/pkgconfig" pkg-config --cflags softverbs)
@@ -67,5 +70,6 @@ grep -qx './usr/lib/softverbs/libibverbs.so.1' "$work/files" || fail "the .deb l
 grep -qx './usr/lib/softverbs/librdmacm.so.1' "$work/files" || fail "the .deb lacks /usr/lib/softverbs/librdmacm.so.1"
 grep -qx './usr/bin/softverbs' "$work/files" || fail "the .deb lacks /usr/bin/softverbs"
 if grep -E '^\./(usr/)?lib/x86_64-linux-gnu/|^\./usr/lib/lib(ibverbs|rdmacm)' "$work/files"; then fail "the .deb has files on the loader's path"; fi
-dpkg-deb -f "$deb" Depends | grep -q libisal2 || fail "the .deb does not depend on libisal2"
+depends=$(dpkg-deb -f "$deb" Depends)
+grep -q libisal2 <<<"$depends" || fail "the .deb does not depend on libisal2: $depends"
 echo "package: installed, consumed with find_package and pkg-config, relocated, packaged ($(basename "$deb"))"
