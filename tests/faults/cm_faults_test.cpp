@@ -13,7 +13,7 @@
 
 namespace {
 
-constexpr const char* kSelfAddr = "127.0.200.50";  // the device of this program (CMake sets it)
+constexpr const char* kSelfAddr = SV_CM_SELF_ADDR;  // the device of this program (CMake sets both)
 
 sockaddr_in addr_of(const char* ip, uint16_t port) {
   sockaddr_in a{};

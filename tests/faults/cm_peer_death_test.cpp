@@ -25,8 +25,8 @@ extern char** environ;
 
 namespace {
 
-constexpr const char* kSelfAddr = "127.0.200.50";  // outside the automatic range 127.0.1.1-127.0.191.255
-constexpr const char* kPeerAddr = "127.0.200.51";
+constexpr const char* kSelfAddr = SV_CM_SELF_ADDR;  // outside the automatic range (tests/faults/CMakeLists.txt)
+constexpr const char* kPeerAddr = SV_CM_PEER_ADDR;
 std::string g_self;
 
 sockaddr_in addr_of(const char* ip, uint16_t port) {
