@@ -370,10 +370,13 @@ void packet(const Clock& clock, std::string_view dev, const Packet& p) noexcept 
   const Clock::time_point now = clock.now();  // outside the lock: a clock may take locks of its own
   std::lock_guard lock(r.mu);
   const uint32_t pid = r.pid_of(now, dev);
-  // Received: the packet names our QP. Sent: the peer's, which a connected QP maps back.
+  // Received: the packet names our QP. Sent: a datagram names its sender (DETH);
+  // otherwise the peer's, which a connected QP maps back.
   uint32_t qpn = 0;
   if (p.dir == "rx") {
     qpn = p.dqpn;
+  } else if (p.sqpn) {
+    qpn = p.sqpn;
   } else if (auto it = r.peers.find({pid, p.dqpn}); it != r.peers.end()) {
     qpn = it->second;
   }

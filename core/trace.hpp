@@ -75,6 +75,7 @@ struct Packet {
   std::string_view opcode;  // "RC_SEND_ONLY", ...
   uint32_t psn = 0;
   uint32_t dqpn = 0;    // the BTH's destination QP
+  uint32_t sqpn = 0;    // a datagram's source QP (its DETH), 0 for other packets
   uint32_t length = 0;  // bytes, BTH to ICRC
   std::string_view fault = "none";  // the fault layer's action on it ("drop", ...)
   uint64_t frame = 0;               // its frame number in SOFTVERBS_PCAP (1-based), 0 if not captured

@@ -17,8 +17,9 @@ inline void trace_packet(const Clock& clock, const std::string& dev, std::string
                          std::span<const uint8_t> bytes, std::string_view fault, uint64_t frame) {
   wire::PacketView v;
   if (wire::parse(bytes, v) != wire::ParseError::ok) return;
+  const uint32_t sqpn = (v.op->headers & wire::ext::deth) ? v.deth.src_qp : 0;
   trace::packet(clock, dev,
-                {dir, v.op->name, v.bth.psn, v.bth.dest_qp, static_cast<uint32_t>(bytes.size()), fault, frame});
+                {dir, v.op->name, v.bth.psn, v.bth.dest_qp, sqpn, static_cast<uint32_t>(bytes.size()), fault, frame});
 }
 
 }  // namespace softverbs::fabric

@@ -352,7 +352,7 @@ def faults(tool, replay, directory):
               "%s QP %d: posts by opcode %s" % (dev, qpn, by_op))
         sent = sum(1 for e in mine if e["cat"] == "packet" and e["args"]["dir"] == "tx")
         got = sum(1 for e in mine if e["cat"] == "packet" and e["args"]["dir"] == "rx")
-        if sent or got:  # a UD QP's datagrams name no QP of the sender: they go on the device's track
+        if sent or got:
             check("  packets: sent %d, received %d," % (sent, got) in body, "%s QP %d: packet counts" % (dev, qpn))
         ok = sum(1 for e in mine if e["name"] == "completion" and e["args"]["status"] == "IBV_WC_SUCCESS")
         check("  completions: IBV_WC_SUCCESS %d\n" % ok in body, "%s QP %d: completions" % (dev, qpn))
@@ -367,6 +367,10 @@ def faults(tool, replay, directory):
     # The UD QP of emu1: the datagrams it received are on its track.
     ud = {e["args"]["qpn"] for e in packets if e["name"] == "UD_SEND_ONLY" and e["args"]["dir"] == "rx"}
     check(len(ud) == 1, "the datagrams are received on one QP: %s" % ud)
+    # Sent datagrams are on their sender's track (the DETH's source QP).
+    ud_tx = [e for e in packets if e["name"] == "UD_SEND_ONLY" and e["args"]["dir"] == "tx"]
+    check(ud_tx and all(e["args"].get("qpn") for e in ud_tx), "every sent datagram names its QP")
+    check(len({(e["args"]["dev"], e["args"].get("qpn")) for e in ud_tx}) == 1, "the datagrams are sent by one QP")
     if len(ud) == 1:
         qpn = ud.pop()
         run = softverbs(tool, "--device", "emu1", "--qp", str(qpn), "--kind", "packet", "--records", trace)
