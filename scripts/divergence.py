@@ -695,6 +695,18 @@ def personality_tables(observed):
         put("device_ex", "odp", "true" if merged["ibv_reg_mr.on_demand"] == "ok" else "false")
     if "mr.local_only_rkey" in merged:
         put("mr", "local_only_rkey", '"zero"' if merged["mr.local_only_rkey"] == "0" else '"key"')
+    # PostTest.OpcodeNotValidForTheService: "post:EINVAL" (refused) or "completion:..." (failed later).
+    invalid = [v for k, v in merged.items() if k.startswith("post.invalid_opcode.")]
+    if any(v.startswith("post:") for v in invalid):
+        put("post", "unsupported_opcode", '"refuse"')
+    elif any(v.startswith("completion:") for v in invalid):
+        put("post", "unsupported_opcode", '"fail"')
+    # ErrorTest.MisalignedAtomicRc: "<atomic>.post" (refused) or "<atomic>.status" (NAKed).
+    atomics = ("cmp_and_swp", "fetch_and_add")
+    if any(a + ".post" in merged for a in atomics):
+        put("post", "misaligned_atomic", '"refuse"')
+    elif any(a + ".status" in merged for a in atomics):
+        put("post", "misaligned_atomic", '"fail"')
     return tables
 
 

@@ -120,6 +120,22 @@ def test_personality(args):
     check(p.returncode == 2 and "no device 'mlx5_0'" in p.stderr, "personality of an unknown device exits 2")
     p = script(args, "personality", rxe, "--name", "Bad Name")
     check(p.returncode == 2 and "--name" in p.stderr, "personality with a bad name exits 2")
+    # Post-time refusals and failures, from a report made up here with just those observations.
+    cases = (("post:EINVAL", "cmp_and_swp.post", "refuse", "refuse"),
+             ("completion:local QP operation error", "fetch_and_add.status", "fail", "fail"))
+    with tempfile.TemporaryDirectory() as tmp:
+        for seen, atomic, opcode_word, atomic_word in cases:
+            made = os.path.join(tmp, "post_%s.json" % opcode_word)
+            with open(made, "w") as f:
+                json.dump({"format": "softverbs-divergence-report", "version": load(rxe)["version"],
+                           "devices": ["dev0"], "tests": [
+                               {"test": "Devices/PostTest.OpcodeNotValidForTheService", "device": "dev0",
+                                "verdict": "pass", "observed": {"post.invalid_opcode.UC.4": seen}},
+                               {"test": "Devices/ErrorTest.MisalignedAtomicRc", "device": "dev0",
+                                "verdict": "pass", "observed": {atomic: "x"}}]}, f)
+            p = script(args, "personality", made, "--name", "x")
+            want = '\n[post]\nunsupported_opcode = "%s"\nmisaligned_atomic = "%s"\n' % (opcode_word, atomic_word)
+            check(p.returncode == 0 and want in p.stdout, "personality seeds [post] from %s: %r" % (seen, p.stdout))
     # A report of emulated devices without the attributes test: only a header and the name.
     p = script(args, "personality", os.path.join(args.fixtures, "a.json"), "--name", "x")
     check(p.returncode == 0 and p.stdout.rstrip().endswith('name = "x"'),
