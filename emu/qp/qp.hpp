@@ -18,6 +18,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "emu/objects/handle.hpp"
 #include "emu/objects/objects.hpp"
@@ -348,6 +349,12 @@ class Qp {
 
   // Destination, resolved from the address vector at RTR (and again on migration).
   in_addr dest_addr_{};
+  // The payload list of the packet being sent and the SGEs it resolved to
+  // (send_data_packet_locked, send_ud_locked): used under mu_ only, and
+  // consumed by the transmit before the QP can send again, so a packet
+  // allocates nothing and looks no thread-local storage up.
+  std::vector<std::span<const uint8_t>> tx_payload_;
+  std::vector<std::span<uint8_t>> tx_spans_;
   // An alternate path was loaded since the last migration (or reset).
   bool alt_loaded_ = false;
   // A completion was forced to an error status (or lost to a CQ overrun): the QP
