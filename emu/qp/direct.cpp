@@ -13,6 +13,7 @@
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "wire/packet.hpp"
+#include "wire/psn.hpp"
 
 namespace softverbs::emu {
 
@@ -45,9 +46,17 @@ struct DirectState {
   // none waits for this one.
   Qp* scope;
   size_t size;   // inbox entries in use; the others keep their buffers
+  size_t taken;  // entries the drain under way has taken (none merge into those)
 };
 thread_local DirectState direct{};
 thread_local std::vector<Stashed> inbox;
+
+// A plain positive acknowledgement (IBTA 9.7.5.1.1: no payload, an ACK
+// syndrome), which a later one for a later PSN makes redundant.
+bool plain_ack(const PacketView& pkt) {
+  return (pkt.bth.opcode == opcode::rc_acknowledge || pkt.bth.opcode == opcode::xrc_acknowledge) &&
+         pkt.aeth.is_ack() && pkt.payload.empty();
+}
 
 }  // namespace
 
@@ -68,6 +77,20 @@ Qp* Qp::direct_scope_qp() { return direct.scope; }
 
 void Qp::stash_direct(const PacketView& pkt, in_addr src) {
   DirectState& d = direct;
+  // Coalesced acknowledgements (IBTA 9.7.5.1.1: an ACK acknowledges every
+  // packet up to its PSN, so a responder may send one for several): a plain
+  // ACK right behind another one not yet taken, from the same sender, for a
+  // later PSN, replaces it. The completer then retires the same WQEs, with the
+  // same statuses and in the same order, once instead of once per packet;
+  // anything else (a NAK, a response, a request) keeps its place.
+  if (d.size > d.taken && plain_ack(pkt)) {
+    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
+    if (plain_ack(last.view) && last.src.s_addr == src.s_addr && last.view.bth.dest_qp == pkt.bth.dest_qp &&
+        psn_gt(pkt.bth.psn, last.view.bth.psn)) {
+      last.view = pkt;
+      return;
+    }
+  }
   std::vector<Stashed>& box = inbox;
   if (d.size == box.size()) box.emplace_back();
   Stashed& e = box[d.size++];
@@ -88,9 +111,11 @@ void Qp::drain_direct_locked(size_t at_least) {
     PacketView view = box[i].view;
     // Moving the inbox (it may grow below) keeps each entry's buffer.
     view.payload = std::span<const uint8_t>(box[i].bytes.data(), box[i].bytes.size());
+    d.taken = i + 1;
     receive_locked(view, box[i].src, in_addr{});
   }
   d.size = 0;
+  d.taken = 0;
   d.draining = false;
 }
 
