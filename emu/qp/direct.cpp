@@ -87,7 +87,10 @@ void Qp::stash_direct(const PacketView& pkt, in_addr src) {
     Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
     if (plain_ack(last.view) && last.src.s_addr == src.s_addr && last.view.bth.dest_qp == pkt.bth.dest_qp &&
         psn_gt(pkt.bth.psn, last.view.bth.psn)) {
-      last.view = pkt;
+      // Only what differs between two plain ACKs of one connection.
+      last.view.bth = pkt.bth;
+      last.view.aeth = pkt.aeth;
+      last.view.ip = pkt.ip;
       return;
     }
   }

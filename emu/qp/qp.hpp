@@ -193,8 +193,9 @@ class Qp {
   // The trace's timer records (core/trace.hpp): which timer is armed now.
   void trace_timer_locked(std::string_view which, std::string_view what, Clock::duration in = {});
   // wire
-  // To the connected peer, with the traffic class of the QP's path.
-  void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  // To the connected peer, with the traffic class of the QP's path (and h's
+  // MigReq bit set to the QP's).
+  void transmit_locked(wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
   // To dest, with IPv4 TOS byte tos (RoCEv2 carries the GRH traffic class there).
   void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
                           std::span<const std::span<const uint8_t>> payload, uint8_t tos);

@@ -40,14 +40,14 @@ constexpr size_t kInboxBurst = 8;
 
 }  // namespace
 
-void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+void Qp::transmit_locked(PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
   // Every packet of a connection says where the sender's path migration state
   // machine is (IBTA 9.2.3 MigReq; path_migration.cpp), and requests and
-  // responses alike carry the path's traffic class.
-  PacketHeaders with_mig = h;
-  with_mig.bth.migreq = migreq_locked();
+  // responses alike carry the path's traffic class. Set in the caller's
+  // headers, not in a copy: they are built for this one packet.
+  h.bth.migreq = migreq_locked();
   const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
-  transmit_to_locked(dest_addr_, with_mig, payload, tclass);
+  transmit_to_locked(dest_addr_, h, payload, tclass);
 }
 
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
