@@ -109,8 +109,8 @@ class Link {
   virtual bool direct_ok(in_addr /*dst*/) { return false; }
   // The packet `view` stands for, handed to the receiving device without being
   // built (Receiver::receive_direct), counted as the packet would be. False if
-  // it was not delivered: the caller then builds and send()s it. Only after
-  // direct_ok(dst) said true.
+  // it was not delivered: the caller then builds and send()s it. It refuses
+  // whatever direct_ok(dst) refuses, so a caller need not ask that first.
   virtual bool send_direct(in_addr /*dst*/, const wire::PacketView& /*view*/) { return false; }
   // Hands the datagrams waiting now to the receiver without blocking; false if
   // there were none. Callers serialise drains (the device's receive lock).

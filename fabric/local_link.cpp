@@ -57,7 +57,7 @@ bool LocalLink::direct_ok(in_addr dst) {
 }
 
 bool LocalLink::send_direct(in_addr dst, const wire::PacketView& view) {
-  LocalLink* peer = direct_ ? hub_.find(dst) : nullptr;
+  LocalLink* peer = direct_ && !IN_MULTICAST(ntohl(dst.s_addr)) ? hub_.find(dst) : nullptr;
   return peer && peer != this && peer->receive_direct_from(addr_, view);
 }
 

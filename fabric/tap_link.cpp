@@ -33,6 +33,8 @@ void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bo
 bool TapLink::direct_ok(in_addr dst) { return !pcap_ && !trace::on() && inner_.direct_ok(dst); }
 
 bool TapLink::send_direct(in_addr dst, const wire::PacketView& view) {
+  // What direct_ok refuses, refused here too: callers may skip asking it.
+  if (pcap_ || trace::on()) return false;
   // Counted before the receiver can complete anything, as send() does; taken
   // back if the packet then goes the usual way (and is counted there).
   const uint64_t bytes = kIpUdpHeaders + wire::packet_size(view.bth.opcode, view.payload.size());

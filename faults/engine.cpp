@@ -123,7 +123,7 @@ void FaultEngine::update_flags_locked() {
     packets |= s.rule.target == RuleTarget::packet;
     verbs |= s.rule.target == RuleTarget::verb;
   }
-  active_.store(packets, std::memory_order_relaxed);
+  set_active(packets);
   verbs_active_.store(verbs, std::memory_order_relaxed);
 }
 

@@ -54,7 +54,7 @@ class FaultEngine final : public FaultControl, public PacketFilter, public VerbF
   bool set_log(const std::string& path) override;
 
   // Cheap check for the common case of no rules.
-  bool active() const override { return active_.load(std::memory_order_relaxed); }
+  using PacketFilter::active;
   bool verbs_active() const override { return verbs_active_.load(std::memory_order_relaxed); }
   FaultDecision decide(const PacketFacts& facts) override;
   FaultDecision decide(const VerbFacts& facts) override;
@@ -95,7 +95,6 @@ class FaultEngine final : public FaultControl, public PacketFilter, public VerbF
   const Clock& clock_;
   Scheduler& scheduler_;
   std::mutex mu_;
-  std::atomic<bool> active_{false};
   std::atomic<bool> verbs_active_{false};
   uint64_t generation_ = 0;  // bumped by clear(): pending timed rules lapse
   std::vector<FaultActor> actors_;

@@ -5,6 +5,7 @@
 // needs and never names the engine.
 #pragma once
 
+#include <atomic>
 #include <functional>
 
 #include "faults/rule.hpp"
@@ -14,10 +15,18 @@ namespace softverbs::faults {
 class PacketFilter {
  public:
   virtual ~PacketFilter() = default;
-  // Cheap check for the common case of no packet rules.
-  virtual bool active() const = 0;
+  // Cheap check for the common case of no packet rules: an inline load of a
+  // flag the implementation keeps (set_active), not a virtual call, as the
+  // in-process fast path asks it several times per packet.
+  bool active() const { return active_.load(std::memory_order_relaxed); }
   // Whether a rule fires for this packet, and what it asks for.
   virtual FaultDecision decide(const PacketFacts& facts) = 0;
+
+ protected:
+  void set_active(bool active) { active_.store(active, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> active_{false};
 };
 
 class VerbFilter {

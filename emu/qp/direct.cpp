@@ -13,6 +13,7 @@
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "wire/packet.hpp"
+#include "wire/psn.hpp"
 
 namespace softverbs::emu {
 
@@ -20,44 +21,82 @@ using namespace wire;
 
 namespace {
 
-// Direct deliveries under way on this thread. A receiver handed a packet
-// directly answers (ACKs, read responses, its own requests) with packets, or,
-// when the answer is for the QP in scope (below), through its inbox: no thread
-// ever holds two receivers' locks taken directly.
-thread_local int direct_depth = 0;
-
-// The QP whose requester or receive path this thread runs, under its lock
-// (DirectScope): answers for it from a receiver it handed a packet to directly
-// cannot take its lock, which this thread holds, so they wait in the inbox
-// and the QP takes them before that lock is released (drain_direct_locked), in
-// the same call: no other thread is needed and none waits for this one.
-thread_local Qp* direct_scope = nullptr;
-thread_local bool direct_draining = false;
 struct Stashed {
   in_addr src;
   PacketView view;             // its payload is set from bytes when taken
   std::vector<uint8_t> bytes;  // a copy: the sender's memory is not held meanwhile
 };
+
+// This thread's direct-delivery state, in one thread-local object with no
+// constructor or destructor, so that a packet's way through the fast path
+// looks its thread's storage up a few times, with no guard, not once per
+// variable (each lookup is a call in a shared library).
+struct DirectState {
+  // Direct deliveries under way on this thread. A receiver handed a packet
+  // directly answers (ACKs, read responses, its own requests) with packets,
+  // or, when the answer is for the QP in scope (below), through its inbox: no
+  // thread ever holds two receivers' locks taken directly.
+  int depth;
+  bool draining;
+  // The QP whose requester or receive path this thread runs, under its lock
+  // (DirectScope): answers for it from a receiver it handed a packet to
+  // directly cannot take its lock, which this thread holds, so they wait in
+  // the inbox and the QP takes them before that lock is released
+  // (drain_direct_locked), in the same call: no other thread is needed and
+  // none waits for this one.
+  Qp* scope;
+  size_t size;   // inbox entries in use; the others keep their buffers
+  size_t taken;  // entries the drain under way has taken (none merge into those)
+};
+thread_local DirectState direct{};
 thread_local std::vector<Stashed> inbox;
-thread_local size_t inbox_size = 0;  // entries in use; the others keep their buffers
+
+// A plain positive acknowledgement (IBTA 9.7.5.1.1: no payload, an ACK
+// syndrome), which a later one for a later PSN makes redundant.
+bool plain_ack(const PacketView& pkt) {
+  return (pkt.bth.opcode == opcode::rc_acknowledge || pkt.bth.opcode == opcode::xrc_acknowledge) &&
+         pkt.aeth.is_ack() && pkt.payload.empty();
+}
 
 }  // namespace
 
-Qp::DirectScope::DirectScope(Qp* qp) : qp_(direct_scope ? nullptr : qp) {
-  if (qp_) direct_scope = qp_;
+Qp::DirectScope::DirectScope(Qp* qp) : qp_(nullptr) {
+  DirectState& d = direct;
+  if (d.scope) return;
+  qp_ = qp;
+  d.scope = qp;
 }
 
 Qp::DirectScope::~DirectScope() {
   if (!qp_) return;
   qp_->drain_direct_locked();  // normally empty already: requester_locked takes it
-  direct_scope = nullptr;
+  direct.scope = nullptr;
 }
 
-Qp* Qp::direct_scope_qp() { return direct_scope; }
+Qp* Qp::direct_scope_qp() { return direct.scope; }
 
 void Qp::stash_direct(const PacketView& pkt, in_addr src) {
-  if (inbox_size == inbox.size()) inbox.emplace_back();
-  Stashed& e = inbox[inbox_size++];
+  DirectState& d = direct;
+  // Coalesced acknowledgements (IBTA 9.7.5.1.1: an ACK acknowledges every
+  // packet up to its PSN, so a responder may send one for several): a plain
+  // ACK right behind another one not yet taken, from the same sender, for a
+  // later PSN, replaces it. The completer then retires the same WQEs, with the
+  // same statuses and in the same order, once instead of once per packet;
+  // anything else (a NAK, a response, a request) keeps its place.
+  if (d.size > d.taken && plain_ack(pkt)) {
+    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
+    if (plain_ack(last.view) && last.src.s_addr == src.s_addr && last.view.bth.dest_qp == pkt.bth.dest_qp &&
+        psn_gt(pkt.bth.psn, last.view.bth.psn)) {
+      // Only what differs between two plain ACKs of one connection.
+      last.view.bth = pkt.bth;
+      last.view.aeth = pkt.aeth;
+      last.view.ip = pkt.ip;
+      return;
+    }
+  }
+  std::vector<Stashed>& box = inbox;
+  if (d.size == box.size()) box.emplace_back();
+  Stashed& e = box[d.size++];
   e.src = src;
   e.view = pkt;
   e.bytes.assign(pkt.payload.begin(), pkt.payload.end());
@@ -67,16 +106,20 @@ void Qp::drain_direct_locked(size_t at_least) {
   // In arrival order, including what arrives meanwhile (answers to what the
   // QP sends while it takes these); receive_locked's own requester_locked
   // does not drain again, so this loop is the only one.
-  if (direct_draining || direct_scope != this || inbox_size < at_least || inbox_size == 0) return;
-  direct_draining = true;
-  for (size_t i = 0; i < inbox_size; ++i) {
-    PacketView view = inbox[i].view;
+  DirectState& d = direct;
+  if (d.draining || d.scope != this || d.size < at_least || d.size == 0) return;
+  d.draining = true;
+  std::vector<Stashed>& box = inbox;
+  for (size_t i = 0; i < d.size; ++i) {
+    PacketView view = box[i].view;
     // Moving the inbox (it may grow below) keeps each entry's buffer.
-    view.payload = std::span<const uint8_t>(inbox[i].bytes.data(), inbox[i].bytes.size());
-    receive_locked(view, inbox[i].src, in_addr{});
+    view.payload = std::span<const uint8_t>(box[i].bytes.data(), box[i].bytes.size());
+    d.taken = i + 1;
+    receive_locked(view, box[i].src, in_addr{});
   }
-  inbox_size = 0;
-  direct_draining = false;
+  d.size = 0;
+  d.taken = 0;
+  d.draining = false;
 }
 
 bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
@@ -88,9 +131,14 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   // every check are the packet's own: only the bytes are missing.
   // Nested (a receiver's answer while a direct delivery runs): only to the QP
   // in scope, whose inbox takes it.
-  if (direct_depth > 0 && !(direct_scope && h.bth.dest_qp == direct_scope->qpn())) return false;
+  DirectState& d = direct;
+  if (d.depth > 0 && !(d.scope && h.bth.dest_qp == d.scope->qpn())) return false;
   Device& dev = device();
-  if (!dev.direct_ok(dest)) return false;
+  // A packet whose payload is one piece goes straight to send_direct, which
+  // refuses whatever direct_ok would (fabric::Link::send_direct): asking
+  // first walked the link's layers twice per packet. A gathered payload is
+  // asked about first, not to copy it for nothing.
+  if (payload.size() > 1 && !dev.direct_ok(dest)) return false;
   size_t len = 0;
   for (const auto& p : payload) len += p.size();
   std::span<const uint8_t> bytes;
@@ -109,9 +157,9 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   PacketView view;
   if (!as_received(h, bytes, view)) return false;
   view.ip = IpFields{tos, kDefaultTtl, true};
-  ++direct_depth;
+  ++d.depth;
   const bool done = dev.transmit_direct(dest, view);
-  --direct_depth;
+  --d.depth;
   return done;
 }
 

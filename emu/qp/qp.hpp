@@ -18,6 +18,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "emu/objects/handle.hpp"
 #include "emu/objects/objects.hpp"
@@ -192,8 +193,9 @@ class Qp {
   // The trace's timer records (core/trace.hpp): which timer is armed now.
   void trace_timer_locked(std::string_view which, std::string_view what, Clock::duration in = {});
   // wire
-  // To the connected peer, with the traffic class of the QP's path.
-  void transmit_locked(const wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
+  // To the connected peer, with the traffic class of the QP's path (and h's
+  // MigReq bit set to the QP's).
+  void transmit_locked(wire::PacketHeaders& h, std::span<const std::span<const uint8_t>> payload);
   // To dest, with IPv4 TOS byte tos (RoCEv2 carries the GRH traffic class there).
   void transmit_to_locked(in_addr dest, const wire::PacketHeaders& h,
                           std::span<const std::span<const uint8_t>> payload, uint8_t tos);
@@ -348,6 +350,12 @@ class Qp {
 
   // Destination, resolved from the address vector at RTR (and again on migration).
   in_addr dest_addr_{};
+  // The payload list of the packet being sent and the SGEs it resolved to
+  // (send_data_packet_locked, send_ud_locked): used under mu_ only, and
+  // consumed by the transmit before the QP can send again, so a packet
+  // allocates nothing and looks no thread-local storage up.
+  std::vector<std::span<const uint8_t>> tx_payload_;
+  std::vector<std::span<uint8_t>> tx_spans_;
   // An alternate path was loaded since the last migration (or reset).
   bool alt_loaded_ = false;
   // A completion was forced to an error status (or lost to a CQ overrun): the QP

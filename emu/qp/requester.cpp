@@ -40,20 +40,22 @@ constexpr size_t kInboxBurst = 8;
 
 }  // namespace
 
-void Qp::transmit_locked(const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
+void Qp::transmit_locked(PacketHeaders& h, std::span<const std::span<const uint8_t>> payload) {
   // Every packet of a connection says where the sender's path migration state
   // machine is (IBTA 9.2.3 MigReq; path_migration.cpp), and requests and
-  // responses alike carry the path's traffic class.
-  PacketHeaders with_mig = h;
-  with_mig.bth.migreq = migreq_locked();
+  // responses alike carry the path's traffic class. Set in the caller's
+  // headers, not in a copy: they are built for this one packet.
+  h.bth.migreq = migreq_locked();
   const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
-  transmit_to_locked(dest_addr_, with_mig, payload, tclass);
+  transmit_to_locked(dest_addr_, h, payload, tclass);
 }
 
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
                             uint8_t tos) {
-  static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
   if (h.bth.dest_qp != wire::kMulticastQpn && transmit_direct_locked(dest, h, payload, tos)) return;
+  // Declared after the fast path, which does not need it: a thread-local with
+  // a constructor costs a lookup and a guard check where it is declared.
+  static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
   Device& dev = device();
   // To a device of this process, with no capture to show it, the ICRC is not
   // computed (fabric::Link::needs_icrc); the multicast QPN always gets one,
@@ -189,13 +191,13 @@ bool Qp::send_ud_locked() {
   h.deth.qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
   h.deth.src_qp = qpn();
   if (with_imm) h.imm.data = w.imm_data;
-  static thread_local std::vector<std::span<const uint8_t>> payload;  // as in send_data_packet_locked
+  std::vector<std::span<const uint8_t>>& payload = tx_payload_;  // as in send_data_packet_locked
   payload.clear();
   if (w.total_length) {
     if (w.is_inline) {
       payload.emplace_back(sq_.inline_at(req_.tx_index), w.total_length);
     } else {
-      static thread_local std::vector<std::span<uint8_t>> spans;
+      std::vector<std::span<uint8_t>>& spans = tx_spans_;
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, 0, w.total_length, 0, spans)) {
         mr_lock.unlock();
         fail_send_locked(&w, personality().bad_lkey);  // an SGE no region covers
@@ -367,15 +369,15 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>
   h.bth.ack_req = !uc && (last || (pkt_index + 1) % kAckEvery == 0);
 
   // The payload, straight from the registered memory (or the inline copy). The
-  // list is per thread, as the spans are, so that a packet allocates nothing;
-  // build() has consumed it before anything could send again on this thread.
-  static thread_local std::vector<std::span<const uint8_t>> payload;
+  // list is the QP's, as the spans are (tx_payload_), so that a packet
+  // allocates nothing; the transmit has consumed it before the QP sends again.
+  std::vector<std::span<const uint8_t>>& payload = tx_payload_;
   payload.clear();
   if (len) {
     if (w.is_inline) {
       payload.emplace_back(sq_.inline_at(req_.tx_index) + req_.tx_offset, len);
     } else {
-      static thread_local std::vector<std::span<uint8_t>> spans;
+      std::vector<std::span<uint8_t>>& spans = tx_spans_;
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, req_.tx_offset, len, 0, spans)) {
         mr_lock.unlock();
         fail_local_locked(w, personality().bad_lkey);  // an SGE no region covers

@@ -240,5 +240,52 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "_packets" : "_direct");
     });
 
+// One posted list of RDMA WRITEs: on the fast path the responder's ACKs for
+// it reach the requester within the post, where a run of them is taken as one
+// (coalesced, emu/qp/direct.cpp). Every work request still completes, in
+// order, with its own status: those before a NAKed one succeed, the NAKed one
+// fails with the remote error and the rest are flushed, as over packets.
+class DirectPathList : public DirectPath, public ::testing::WithParamInterface<std::tuple<int, bool>> {};
+
+TEST_P(DirectPathList, EveryCompletionInOrderWithItsStatus) {
+  const auto& [bad_at, packets] = GetParam();  // bad_at: wr_id with a bad rkey (0: none)
+  ASSERT_NO_FATAL_FAILURE(setup(slow_timeout()));
+  if (packets) {
+    ASSERT_EQ(load(kNoopRule), 0);
+  }
+  const softverbs_counters a0 = counters_of(a_), b0 = counters_of(b_);
+  ibv_sge sge{};
+  ibv_send_wr wr[12];
+  write_chain(a_, b_, sge, wr);
+  if (bad_at) wr[bad_at - 1].wr.rdma.rkey = b_.mr->rkey ^ 0x5500;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
+  for (uint64_t id = 1; id <= 12; ++id) {
+    ibv_wc wc{};
+    ASSERT_TRUE(wait_wc(a_.cq, &wc)) << "completion " << id << " missing";
+    EXPECT_EQ(wc.wr_id, id);
+    const ibv_wc_status want = !bad_at || static_cast<int>(id) < bad_at ? IBV_WC_SUCCESS
+                               : static_cast<int>(id) == bad_at      ? IBV_WC_REM_ACCESS_ERR
+                                                                     : IBV_WC_WR_FLUSH_ERR;
+    EXPECT_EQ(wc.status, want) << "wr_id " << id << ": " << ibv_wc_status_str(wc.status);
+  }
+  ibv_wc extra{};
+  EXPECT_EQ(ibv_poll_cq(a_.cq, 1, &extra), 0);
+  const softverbs_counters a1 = counters_of(a_), b1 = counters_of(b_);
+  EXPECT_EQ(b1.naks_sent - b0.naks_sent, bad_at ? 1u : 0u);
+  EXPECT_EQ(a1.retransmits - a0.retransmits, 0u);
+  if (packets || !direct_expected()) {
+    EXPECT_EQ(a1.rx_direct - a0.rx_direct, 0u);
+  } else {
+    EXPECT_GT(a1.rx_direct - a0.rx_direct, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothPaths, DirectPathList, ::testing::Combine(::testing::Values(0, 1, 8, 12), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "bad_at_" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_packets" : "_direct");
+                         });
+
 }  // namespace
 }  // namespace faults_test

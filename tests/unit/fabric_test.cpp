@@ -261,7 +261,7 @@ class FakeLink final : public Link {
 // Fires the queued decisions, one per packet, then nothing.
 class FakeFilter final : public faults::PacketFilter {
  public:
-  bool active() const override { return true; }
+  FakeFilter() { set_active(true); }
   faults::FaultDecision decide(const faults::PacketFacts& facts) override {
     seen.push_back(facts.direction);
     if (next.empty()) return {};
