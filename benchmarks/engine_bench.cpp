@@ -24,18 +24,23 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_pair.hpp"
 #include "tests/support/connect.hpp"
 #include "tests/support/verbs.hpp"
 
 namespace {
+
+using softverbs::bench::fail;
+using softverbs::bench::health;
+using softverbs::bench::kStallLimit;
+using softverbs::bench::stop;
+using softverbs::bench::usable;
 
 constexpr size_t kBufBytes = size_t{1} << 20;  // the largest message
 constexpr int kCqDepth = 4096;
 constexpr uint32_t kMaxSendWr = 1024;
 constexpr uint32_t kMaxRecvWr = 1024;
 constexpr uint32_t kMaxInline = 64;
-// A benchmark that sees no completion for this long reports a stall and stops.
-constexpr auto kStallLimit = std::chrono::seconds(10);
 
 struct Side {
   ibv_context* ctx = nullptr;
@@ -54,23 +59,22 @@ constexpr uint32_t kDeepSendWr = 4096;
 constexpr int kDeepCqDepth = 8192;
 constexpr size_t kDeepBufBytes = 4096;
 
+// BM_MsgRate64BThreads's largest thread count, and its pairs' buffers.
+constexpr int kMaxThreads = 2;
+constexpr size_t kThreadBufBytes = 4096;
+
 struct Fixture {
   ibv_device** list = nullptr;
   Side a, b;  // a: requester, b: responder
   // A second pair, in contexts of their own on the same two devices, with a
   // send queue of kDeepSendWr entries (BM_OutstandingWr).
   Side deep_a, deep_b;
+  // BM_MsgRate64BThreads: a pair per thread, in contexts of their own.
+  Side thread_a[kMaxThreads], thread_b[kMaxThreads];
   uint8_t max_rd_atomic = 1;
-  std::string error;    // why the fixture is unusable, or empty
-  bool broken = false;  // an earlier benchmark stalled or failed: the QPs are not trustworthy
 };
 
 Fixture g;
-
-bool fail(const std::string& what) {
-  g.error = what + ": " + std::strerror(errno);
-  return false;
-}
 
 bool open_side(ibv_device* dev, Side& s, uint32_t max_send_wr = kMaxSendWr, int cq_depth = kCqDepth,
                size_t buf_bytes = kBufBytes) {
@@ -110,24 +114,26 @@ bool connect_sides(Side& a, Side& b) {
 }
 
 bool setup() {
-  int n = 0;
-  g.list = ibv_get_device_list(&n);
-  if (!g.list) return fail("ibv_get_device_list");
-  if (n < 2) {
-    g.error = "need two emulated devices (SOFTVERBS_DEVICES), found " + std::to_string(n);
-    return false;
-  }
+  g.list = softverbs::bench::two_devices();
+  if (!g.list) return false;
   if (!open_side(g.list[0], g.a) || !open_side(g.list[1], g.b)) return false;
-  ibv_device_attr da{};
-  if (ibv_query_device(g.a.ctx, &da)) return fail("ibv_query_device");
-  g.max_rd_atomic = static_cast<uint8_t>(std::min(16, std::max(1, da.max_qp_rd_atom)));
-  if (!connect_sides(g.a, g.b)) return false;
-  return open_side(g.list[0], g.deep_a, kDeepSendWr, kDeepCqDepth, kDeepBufBytes) &&
-         open_side(g.list[1], g.deep_b, kDeepSendWr, kDeepCqDepth, kDeepBufBytes) && connect_sides(g.deep_a, g.deep_b);
+  g.max_rd_atomic = softverbs::bench::max_rd_atomic_of(g.a.ctx);
+  if (!g.max_rd_atomic || !connect_sides(g.a, g.b)) return false;
+  if (!open_side(g.list[0], g.deep_a, kDeepSendWr, kDeepCqDepth, kDeepBufBytes) ||
+      !open_side(g.list[1], g.deep_b, kDeepSendWr, kDeepCqDepth, kDeepBufBytes) || !connect_sides(g.deep_a, g.deep_b))
+    return false;
+  for (int t = 0; t < kMaxThreads; ++t)
+    if (!open_side(g.list[0], g.thread_a[t], kMaxSendWr, kCqDepth, kThreadBufBytes) ||
+        !open_side(g.list[1], g.thread_b[t], kMaxSendWr, kCqDepth, kThreadBufBytes) ||
+        !connect_sides(g.thread_a[t], g.thread_b[t]))
+      return false;
+  return true;
 }
 
 void teardown() {
-  for (Side* s : {&g.a, &g.b, &g.deep_a, &g.deep_b}) {
+  std::vector<Side*> sides{&g.a, &g.b, &g.deep_a, &g.deep_b};
+  for (int t = 0; t < kMaxThreads; ++t) sides.insert(sides.end(), {&g.thread_a[t], &g.thread_b[t]});
+  for (Side* s : sides) {
     if (s->qp) ibv_destroy_qp(s->qp);
     if (s->mr) ibv_dereg_mr(s->mr);
     if (s->cq) ibv_destroy_cq(s->cq);
@@ -140,8 +146,8 @@ void teardown() {
 // Posts `count` receive WRs of `len` bytes on s's QP (chained, one call).
 bool post_recvs(Side& s, uint32_t count, uint32_t len) {
   if (!count) return true;
-  static std::vector<ibv_recv_wr> wrs;
-  static std::vector<ibv_sge> sges;
+  thread_local std::vector<ibv_recv_wr> wrs;
+  thread_local std::vector<ibv_sge> sges;
   wrs.assign(count, {});
   sges.assign(count, {});
   for (uint32_t i = 0; i < count; ++i) {
@@ -174,23 +180,6 @@ bool poll(ibv_cq* cq, uint64_t& done, std::string& err) {
     ++done;
   }
   return true;
-}
-
-bool usable(benchmark::State& state) {
-  if (!g.error.empty()) {
-    state.SkipWithError(g.error.c_str());
-    return false;
-  }
-  if (g.broken) {
-    state.SkipWithError("skipped: an earlier benchmark stalled or failed");
-    return false;
-  }
-  return true;
-}
-
-void stop(benchmark::State& state, const std::string& why) {
-  g.broken = true;
-  state.SkipWithError(why.c_str());
 }
 
 // A pipelined stream of one kind of work request from a to b, keeping `window`
@@ -314,7 +303,7 @@ bool verify_data() {
     wr.wr.rdma.rkey = b.mr->rkey;
     ibv_send_wr* bad = nullptr;
     if (int rc = ibv_post_send(a.qp, &wr, &bad)) {
-      g.error = std::string("data check: ibv_post_send: ") + std::strerror(rc);
+      health.error = std::string("data check: ibv_post_send: ") + std::strerror(rc);
       return false;
     }
     uint64_t sent = 0, received = 0;
@@ -323,11 +312,11 @@ bool verify_data() {
     auto start = std::chrono::steady_clock::now();
     while (sent < 1 || received < want_recv) {
       if (!poll(a.cq, sent, err) || !poll(b.cq, received, err)) {
-        g.error = "data check: " + err;
+        health.error = "data check: " + err;
         return false;
       }
       if (std::chrono::steady_clock::now() - start > kStallLimit) {
-        g.error = "data check: no completion in 10 s";
+        health.error = "data check: no completion in 10 s";
         return false;
       }
     }
@@ -341,21 +330,21 @@ bool verify_data() {
   std::fill(b.buf.begin(), b.buf.end(), 0);
   if (!run(IBV_WR_RDMA_WRITE, kBufBytes)) return false;
   if (b.buf != a.buf) {
-    g.error = "data check: a 1 MiB RDMA WRITE delivered wrong data";
+    health.error = "data check: a 1 MiB RDMA WRITE delivered wrong data";
     return false;
   }
   fill(b.buf, 99);
   std::fill(a.buf.begin(), a.buf.end(), 0);
   if (!run(IBV_WR_RDMA_READ, kBufBytes)) return false;
   if (a.buf != b.buf) {
-    g.error = "data check: a 1 MiB RDMA READ returned wrong data";
+    health.error = "data check: a 1 MiB RDMA READ returned wrong data";
     return false;
   }
   fill(a.buf, 33);
   std::fill(b.buf.begin(), b.buf.end(), 0);
   if (!post_recvs(b, 1, 4096) || !run(IBV_WR_SEND, 4096)) return false;
   if (std::memcmp(a.buf.data(), b.buf.data(), 4096) != 0 || b.buf[4096] != 0) {
-    g.error = "data check: a 4 KiB SEND delivered wrong data";
+    health.error = "data check: a 4 KiB SEND delivered wrong data";
     return false;
   }
   return true;
@@ -476,21 +465,19 @@ void BM_OutstandingWr(benchmark::State& state) {
 }
 BENCHMARK(BM_OutstandingWr)->RangeMultiplier(4)->Range(1, kDeepSendWr)->UseRealTime();
 
-// The in-process message rate with batching on every verb: 64-byte inline RC
-// SENDs posted as lists of kBatch work requests per ibv_post_send (a new list
-// whenever kBatch have completed), up to `window` outstanding, completions
-// polled kBatch at a time on both CQs, receives reposted as lists of kBatch.
-// items/s = send completions per second; cpu_ns_per_wr as in stream().
-void BM_MsgRate64BBatch(benchmark::State& state) {
-  if (!usable(state)) return;
+// The in-process message rate with batching on every verb, from a to b:
+// 64-byte inline RC SENDs posted as lists of kBatch work requests per
+// ibv_post_send (a new list whenever kBatch have completed), up to `window`
+// outstanding, completions polled kBatch at a time on both CQs, receives
+// reposted as lists of kBatch. Returns the send completions while the state
+// loop ran; sets cpu_ns_per_wr as stream() does, the process's CPU time shared
+// out over the work requests of all the benchmark's threads.
+uint64_t batch_rate(benchmark::State& state, Side& a, Side& b, uint32_t window) {
   constexpr uint32_t kBatch = 32;
   constexpr uint32_t kSize = 64;
-  const auto window = static_cast<uint32_t>(state.range(0));
-  Side& a = g.a;
-  Side& b = g.b;
   if (b.posted_recvs < kMaxRecvWr && !post_recvs(b, kMaxRecvWr - b.posted_recvs, kSize)) {
     stop(state, "ibv_post_recv failed");
-    return;
+    return 0;
   }
   std::vector<ibv_send_wr> wrs(kBatch);
   ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), kSize, a.mr->lkey};
@@ -577,27 +564,43 @@ void BM_MsgRate64BBatch(benchmark::State& state) {
       break;
     }
   }
-  state.counters["cpu_ns_per_wr"] = 1e9 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC /
-                                    static_cast<double>(std::max<uint64_t>(1, posted));
-  state.SetItemsProcessed(static_cast<int64_t>(done));
+  // Each thread sees the whole process's CPU time over the same span (the
+  // threads start and stop the state loop together): each reports its work
+  // requests per nanosecond of it, the threads' figures are summed and the sum
+  // inverted, so the counter is the process's CPU time per work request of any
+  // thread however unevenly the threads shared the work.
+  const double cpu_ns = 1e9 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  state.counters["cpu_ns_per_wr"] =
+      benchmark::Counter(static_cast<double>(posted) / std::max(1.0, cpu_ns), benchmark::Counter::kInvert);
+  return done;
+}
+
+// The in-process message rate with batching on every verb (batch_rate), one
+// thread and one QP pair. items/s = send completions per second.
+void BM_MsgRate64BBatch(benchmark::State& state) {
+  if (!usable(state)) return;
+  const auto window = static_cast<uint32_t>(state.range(0));
+  state.SetItemsProcessed(static_cast<int64_t>(batch_rate(state, g.a, g.b, window)));
   state.SetLabel("lists of 32, window " + std::to_string(window));
 }
 BENCHMARK(BM_MsgRate64BBatch)->Arg(128)->Arg(512)->UseRealTime();
 
+// The same with T threads, each driving a QP pair of its own (own contexts, CQs
+// and buffers) between the same two devices: what the engine's message rate
+// is across cores, as a NIC's is quoted over QPs and cores. items/s = the send
+// completions of all threads per second of wall-clock time.
+void BM_MsgRate64BThreads(benchmark::State& state) {
+  if (!usable(state)) return;
+  const int t = state.thread_index();
+  const auto window = static_cast<uint32_t>(state.range(0));
+  state.SetItemsProcessed(static_cast<int64_t>(batch_rate(state, g.thread_a[t], g.thread_b[t], window)));
+  state.SetLabel(std::to_string(state.threads()) + (state.threads() == 1 ? " thread" : " threads") +
+                 ", a QP pair each, lists of 32, window " + std::to_string(window));
+}
+BENCHMARK(BM_MsgRate64BThreads)->Arg(512)->Threads(1)->Threads(kMaxThreads)->UseRealTime();
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Read by the library at the first ibv_get_device_list, so it must be set first.
-  setenv("SOFTVERBS_DEVICES", "2", 0);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!setup()) {
-    std::fprintf(stderr, "engine_bench: setup failed: %s\n", g.error.c_str());
-  } else if (!verify_data()) {
-    std::fprintf(stderr, "engine_bench: %s\n", g.error.c_str());
-  }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  teardown();
-  return g.error.empty() && !g.broken ? 0 : 1;
+  return softverbs::bench::run_main(argc, argv, "engine_bench", setup, verify_data, teardown);
 }

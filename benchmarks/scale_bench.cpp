@@ -31,19 +31,24 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_pair.hpp"
 #include "tests/support/connect.hpp"
 #include "tests/support/verbs.hpp"
 
 namespace {
 
 namespace tk = softverbs::testkit;
+using softverbs::bench::fail;
+using softverbs::bench::health;
+using softverbs::bench::kStallLimit;
+using softverbs::bench::stop;
+using softverbs::bench::usable;
 
 constexpr int kCqDepth = 65536;
 constexpr size_t kBufBytes = size_t{1} << 20;
 // BM_MrScale's MRs are 64 KiB windows into a region of this size, at 4 KiB steps.
 constexpr size_t kMrRegionBytes = size_t{16} << 20;
 constexpr size_t kMrBytes = size_t{64} << 10;
-constexpr auto kStallLimit = std::chrono::seconds(10);
 constexpr unsigned kAccess =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -72,14 +77,7 @@ struct Global {
   Side a, b;
   std::vector<Pair> pairs;  // RC pairs, grown on demand (BM_QpScale uses the first N)
   uint8_t max_rd_atomic = 1;
-  std::string error;
-  bool broken = false;
 } g;
-
-bool fail(const std::string& what) {
-  g.error = what + ": " + std::strerror(errno);
-  return false;
-}
 
 bool open_side(ibv_device* dev, Side& s) {
   s.ctx = ibv_open_device(dev);
@@ -155,18 +153,11 @@ bool ensure_mrs(size_t n) {
 }
 
 bool setup() {
-  int n = 0;
-  g.list = ibv_get_device_list(&n);
-  if (!g.list) return fail("ibv_get_device_list");
-  if (n < 2) {
-    g.error = "need two emulated devices (SOFTVERBS_DEVICES), found " + std::to_string(n);
-    return false;
-  }
+  g.list = softverbs::bench::two_devices();
+  if (!g.list) return false;
   if (!open_side(g.list[0], g.a) || !open_side(g.list[1], g.b)) return false;
-  ibv_device_attr da{};
-  if (ibv_query_device(g.a.ctx, &da)) return fail("ibv_query_device");
-  g.max_rd_atomic = static_cast<uint8_t>(std::min(16, std::max(1, da.max_qp_rd_atom)));
-  return ensure_pairs(1);
+  g.max_rd_atomic = softverbs::bench::max_rd_atomic_of(g.a.ctx);
+  return g.max_rd_atomic && ensure_pairs(1);
 }
 
 void teardown() {
@@ -182,23 +173,6 @@ void teardown() {
     if (s->ctx) ibv_close_device(s->ctx);
   }
   if (g.list) ibv_free_device_list(g.list);
-}
-
-bool usable(benchmark::State& state) {
-  if (!g.error.empty()) {
-    state.SkipWithError(g.error.c_str());
-    return false;
-  }
-  if (g.broken) {
-    state.SkipWithError("skipped: an earlier benchmark stalled or failed");
-    return false;
-  }
-  return true;
-}
-
-void stop(benchmark::State& state, const std::string& why) {
-  g.broken = true;
-  state.SkipWithError(why.c_str());
 }
 
 // Polls a CQ; calls on(wc) for every successful completion. False on an error
@@ -240,6 +214,25 @@ struct StallWatch {
   }
 };
 
+// After a stream: polls both sides' CQs until the WRs still outstanding have
+// completed (on_done counts them into `completed`), so the next benchmark
+// starts clean; stops the benchmark on an error completion or a stall.
+template <typename F>
+void drain(benchmark::State& state, const uint64_t& completed, uint64_t posted, F&& on_done) {
+  std::string err;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (completed < posted) {
+    if (!poll(g.a.cq, err, on_done) || !poll(g.b.cq, err, [](const ibv_wc&) {})) {
+      stop(state, err);
+      return;
+    }
+    if (std::chrono::steady_clock::now() - t0 > kStallLimit) {
+      stop(state, "stalled while draining");
+      return;
+    }
+  }
+}
+
 double cpu_seconds_since(std::clock_t start) { return static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC; }
 
 // ---------------------------------------------------------------------------
@@ -268,7 +261,7 @@ void BM_IdleQpMemory(benchmark::State& state) {
       if (!p.a || !p.b || !connect(p.a, p.b)) {
         if (p.a) ibv_destroy_qp(p.a);
         if (p.b) ibv_destroy_qp(p.b);
-        stop(state, "creating idle QPs: " + (g.error.empty() ? std::string(std::strerror(errno)) : g.error));
+        stop(state, "creating idle QPs: " + (health.error.empty() ? std::string(std::strerror(errno)) : health.error));
         break;
       }
       qps.push_back(p);
@@ -300,7 +293,7 @@ void BM_QpScale(benchmark::State& state) {
   const auto size = static_cast<uint32_t>(state.range(1));
   const uint32_t window = size <= 64 ? 64 : 32;
   if (!ensure_pairs(nqp)) {
-    stop(state, g.error);
+    stop(state, health.error);
     return;
   }
   ibv_sge sge{reinterpret_cast<uintptr_t>(g.a.buf.data()), size, g.a.mr->lkey};
@@ -348,17 +341,7 @@ void BM_QpScale(benchmark::State& state) {
     }
   }
   const uint64_t done = completed;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (ok && completed < posted) {
-    if (!poll(g.a.cq, err, on_done) || !poll(g.b.cq, err, [](const ibv_wc&) {})) {
-      stop(state, err);
-      break;
-    }
-    if (std::chrono::steady_clock::now() - t0 > kStallLimit) {
-      stop(state, "stalled while draining");
-      break;
-    }
-  }
+  if (ok) drain(state, completed, posted, on_done);
   if (posted) state.counters["cpu_ns_per_wr"] = 1e9 * cpu_seconds_since(cpu0) / static_cast<double>(posted);
   state.SetItemsProcessed(static_cast<int64_t>(done));
   state.SetBytesProcessed(static_cast<int64_t>(done * size));
@@ -373,7 +356,7 @@ BENCHMARK(BM_QpScale)->ArgsProduct({{1, 4, 16, 64, 256, 1024}, {64, 65536}})->Us
 template <typename Fill>
 uint64_t stream(benchmark::State& state, uint32_t window, Fill&& fill) {
   if (!ensure_pairs(1)) {
-    stop(state, g.error);
+    stop(state, health.error);
     return 0;
   }
   Pair& p = g.pairs[0];
@@ -416,17 +399,7 @@ uint64_t stream(benchmark::State& state, uint32_t window, Fill&& fill) {
     }
   }
   const uint64_t done = completed;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (ok && completed < posted) {
-    if (!poll(g.a.cq, err, on_done) || !poll(g.b.cq, err, [](const ibv_wc&) {})) {
-      stop(state, err);
-      break;
-    }
-    if (std::chrono::steady_clock::now() - t0 > kStallLimit) {
-      stop(state, "stalled while draining");
-      break;
-    }
-  }
+  if (ok) drain(state, completed, posted, on_done);
   if (posted) state.counters["cpu_ns_per_wr"] = 1e9 * cpu_seconds_since(cpu0) / static_cast<double>(posted);
   return done;
 }
@@ -439,7 +412,7 @@ void BM_MrScale(benchmark::State& state) {
   const auto nmr = static_cast<size_t>(state.range(0));
   const auto size = static_cast<uint32_t>(state.range(1));
   if (!ensure_mrs(nmr)) {
-    stop(state, g.error);
+    stop(state, health.error);
     return;
   }
   const uint64_t done = stream(state, size <= 64 ? 64 : 32, [&](ibv_send_wr& w, ibv_sge& s, uint64_t k) {
@@ -624,13 +597,5 @@ BENCHMARK(BM_LossBw)->Arg(0)->Arg(1)->UseRealTime();
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Read by the library at the first ibv_get_device_list, so it must be set first.
-  setenv("SOFTVERBS_DEVICES", "2", 0);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!setup()) std::fprintf(stderr, "scale_bench: setup failed: %s\n", g.error.c_str());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  teardown();
-  return g.error.empty() && !g.broken ? 0 : 1;
+  return softverbs::bench::run_main(argc, argv, "scale_bench", setup, nullptr, teardown);
 }

@@ -19,25 +19,28 @@
 #include <span>
 #include <string>
 
+#include "core/counter.hpp"
 #include "wire/packet.hpp"
 
 namespace softverbs::fabric {
 
 // What a link counts, as part of the device's counters (emu/objects/objects.hpp).
+// Sharded by thread (core/counter.hpp): threads driving QPs of their own do not
+// contend on them.
 struct LinkCounters {
-  std::atomic<uint64_t> tx_packets{0}, rx_packets{0}, rx_icrc_errors{0};
+  ShardedCounter tx_packets, rx_packets, rx_icrc_errors;
   // What went out: the packets' IPv4 datagram bytes (IP and UDP headers, BTH ..
   // ICRC), and how many of the packets went to a multicast group.
-  std::atomic<uint64_t> tx_bytes{0}, tx_multicast{0};
+  ShardedCounter tx_bytes, tx_multicast;
   // What the fault layer did (docs/faults.md).
-  std::atomic<uint64_t> faults_dropped{0}, faults_duplicated{0}, faults_corrupted{0}, faults_delayed{0},
-      faults_reordered{0}, faults_naks_forged{0};
+  ShardedCounter faults_dropped, faults_duplicated, faults_corrupted, faults_delayed,
+      faults_reordered, faults_naks_forged;
   // Packets for a device of this host whose receiver stayed full past the
   // lossless path's wait (fabric/host_link.hpp).
-  std::atomic<uint64_t> host_drops{0};
+  ShardedCounter host_drops;
   // Packets a link of the simulated fabric (fabric/topology_link.hpp) dropped:
   // lost by its loss draw, or larger than its MTU.
-  std::atomic<uint64_t> topology_loss_drops{0}, topology_mtu_drops{0};
+  ShardedCounter topology_loss_drops, topology_mtu_drops;
 };
 
 class Receiver {

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "emu/device/caps.hpp"
 #include "emu/device/personality.hpp"
@@ -179,23 +180,33 @@ uint32_t Device::register_qp(Qp* qp) {
     next_qpn_ = (next_qpn_ + 1) & 0xffffff;
     if (next_qpn_ < 2) next_qpn_ = 2;  // QP0 and QP1 are the special QPs
     if (qpn >= 2 && !qps_.count(qpn)) {
+      QpSlot& slot = qp_table_.get(qpn);  // may throw: nothing registered then
       qps_[qpn] = qp;
+      slot.qp.store(qp, std::memory_order_release);
       return qpn;
     }
   }
 }
 
 void Device::unregister_qp(uint32_t qpn) {
+  QpSlot* slot = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    qps_.erase(qpn);
+    slot = qp_table_.find(qpn);
+    if (slot) slot->qp.store(nullptr, std::memory_order_seq_cst);  // against QpPin's pin, then load
+  }
+  // The threads that pinned the QP before it left the table (receive_direct)
+  // finish with it; they never wait for anything a destroying thread holds.
+  if (slot)
+    while (slot->pins.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   // Taking the receive lock waits for a packet being handed to the QP.
   std::lock_guard rx(rx_mu_);
-  std::lock_guard lock(mu_);
-  qps_.erase(qpn);
 }
 
 Qp* Device::find_qp(uint32_t qpn) {
-  std::lock_guard lock(mu_);
-  auto it = qps_.find(qpn);
-  return it == qps_.end() ? nullptr : it->second;
+  const QpSlot* slot = qp_table_.find(qpn & 0xffffff);
+  return slot ? slot->qp.load(std::memory_order_acquire) : nullptr;
 }
 
 uint32_t Device::register_mr(Mr* mr) {
@@ -208,26 +219,35 @@ uint32_t Device::register_mr(Mr* mr) {
     uint32_t index = next_mr_index_;
     next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
     if (next_mr_index_ == 0) next_mr_index_ = 1;
-    if (mrs_.count(index) || mws_.count(index)) continue;
+    if (index_taken(index)) continue;
+    PtrSlot<Mr>& slot = mrs_.get(index);  // may throw: nothing registered then
     const uint32_t key = (index << 8) | next_mr_key_;
-    mrs_[index] = mr;  // may throw: nothing registered then
     ++next_mr_key_;
     mr->key = key;
+    slot.ptr.store(mr, std::memory_order_release);  // with its key
     return key;
   }
 }
 
+bool Device::index_taken(uint32_t index) const {
+  const PtrSlot<Mr>* r = mrs_.find(index);
+  const PtrSlot<Mw>* w = mws_.find(index);
+  return (r && r->ptr.load(std::memory_order_relaxed)) || (w && w->ptr.load(std::memory_order_relaxed));
+}
+
 Mr* Device::find_mr_locked(uint32_t key) {
-  std::lock_guard lock(mu_);
-  auto it = mrs_.find(key >> 8);
-  return it == mrs_.end() || it->second->key != key ? nullptr : it->second;
+  // No lock of the table: the caller's mr_lock() keeps the region from being
+  // deregistered (deregister_mr takes it exclusively).
+  const PtrSlot<Mr>* slot = mrs_.find(key >> 8);
+  Mr* mr = slot ? slot->ptr.load(std::memory_order_acquire) : nullptr;
+  return mr && mr->key == key ? mr : nullptr;
 }
 
 int Device::deregister_mr(Mr* mr) {
   std::unique_lock mr_lock(mr_mu_);  // waits for transfers using the region
   if (mr->bound_windows) return EINVAL;
   std::lock_guard lock(mu_);
-  mrs_.erase(mr->key >> 8);
+  if (PtrSlot<Mr>* slot = mrs_.find(mr->key >> 8)) slot->ptr.store(nullptr, std::memory_order_release);
   return 0;
 }
 
@@ -239,21 +259,20 @@ uint32_t Device::register_mw(Mw* mw) {
     uint32_t index = next_mr_index_;
     next_mr_index_ = (next_mr_index_ + 1) & 0xffffff;
     if (next_mr_index_ == 0) next_mr_index_ = 1;
-    if (mws_.count(index) || mrs_.count(index)) continue;
-    mws_[index] = mw;  // may throw: nothing registered then
+    if (index_taken(index)) continue;
+    mws_.get(index).ptr.store(mw, std::memory_order_release);  // get may throw: nothing registered then
     return index;
   }
 }
 
 void Device::unregister_mw(uint32_t index) {
   std::lock_guard lock(mu_);
-  mws_.erase(index);
+  if (PtrSlot<Mw>* slot = mws_.find(index & 0xffffff)) slot->ptr.store(nullptr, std::memory_order_release);
 }
 
 Mw* Device::find_mw_locked(uint32_t rkey) {
-  std::lock_guard lock(mu_);
-  auto it = mws_.find(rkey >> 8);
-  return it == mws_.end() ? nullptr : it->second;
+  const PtrSlot<Mw>* slot = mws_.find(rkey >> 8);
+  return slot ? slot->ptr.load(std::memory_order_acquire) : nullptr;
 }
 
 // ---- object counts ---------------------------------------------------------

@@ -151,8 +151,8 @@ void Device::deliver(in_addr src, const wire::PacketView& pkt) {
 
 bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
   // Every lock here is tried, never waited for: the sender holds its own QP's
-  // lock (and its device's mr_lock), and a thread holding this device's receive
-  // lock or the target QP's may be waiting for those. Busy: the packet path.
+  // lock (and its device's mr_lock), and a thread holding the target QP's may
+  // be waiting for those. Busy: the packet path.
   if (pkt.bth.dest_qp == wire::kMulticastQpn || pkt.bth.dest_qp == wire::cm::kGsiQpn || !port_active()) return false;
   // An answer for the QP whose lock this very thread holds (it handed the
   // request over directly): its inbox, taken before that lock is released.
@@ -161,9 +161,11 @@ bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
     scope->stash_direct(pkt, src);
     return true;
   }
-  std::unique_lock rx(rx_mu_, std::try_to_lock);
-  if (!rx.owns_lock()) return false;
-  Qp* qp = find_qp(pkt.bth.dest_qp);  // alive while rx_mu_ is held (unregister_qp)
+  // The receive lock is not needed: the pin keeps the QP alive (unregister_qp
+  // waits for it), and the link has checked that no queued packet is waiting
+  // to be delivered before this one (fabric::LocalLink::receive_direct_from).
+  // So threads driving different QPs of the device do not meet here.
+  const QpPin qp = pin_qp(pkt.bth.dest_qp);
   return qp && qp->try_receive(pkt, src);
 }
 

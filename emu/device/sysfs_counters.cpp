@@ -97,7 +97,7 @@ void refresh_at_exit() { g_view->refresh_all(); }
 
 CounterValues counter_values(Device& dev) {
   const Device::Counters& c = dev.counters();
-  auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  auto get = [](const ShardedCounter& a) { return a.load(std::memory_order_relaxed); };
   CounterValues v;
   v.tx_bytes = get(c.tx_bytes);
   v.rx_bytes = get(c.rx_bytes);

@@ -31,6 +31,7 @@
 
 #include "emu/device/config.hpp"
 #include "emu/device/gsi.hpp"
+#include "emu/device/object_table.hpp"
 #include "emu/objects/handle.hpp"
 #include "emu/objects/queue_buffer.hpp"
 #include "emu/qp/wq.hpp"
@@ -130,9 +131,16 @@ class Device final : private fabric::PacketSink {
 
   // QP numbers and memory keys are per device: a peer addresses them on the wire.
   // register_qp and register_mr may throw std::bad_alloc (nothing is registered then).
+  // Lookups take no lock (emu/device/object_table.hpp). unregister_qp returns
+  // once no thread uses the QP: none holds a pin of it (pin_qp), and none
+  // hands it a packet under the receive lock.
   uint32_t register_qp(Qp* qp);
   void unregister_qp(uint32_t qpn);
+  // The QP of that number; it stays alive only as long as something else
+  // ensures it (the receive lock, as on the packet path, or a pin).
   Qp* find_qp(uint32_t qpn);
+  // The QP of that number, kept alive while the pin lives.
+  QpPin pin_qp(uint32_t qpn) const { return QpPin(qp_table_, qpn); }
   uint32_t register_mr(Mr* mr);
   // Callers hold mr_lock() (shared) while they use the region's memory, so a
   // concurrent deregistration waits for the access to finish.
@@ -164,21 +172,21 @@ class Device final : private fabric::PacketSink {
   // tx/rx packets, ICRC errors and what the packet-fault layer did are the
   // link's (fabric::LinkCounters).
   struct Counters : fabric::LinkCounters {
-    std::atomic<uint64_t> rx_malformed{0}, rx_unknown_qp{0}, rx_dropped{0};
-    std::atomic<uint64_t> retransmits{0}, naks_sent{0}, naks_received{0}, rnr_naks_sent{0}, rnr_naks_received{0},
-        duplicates{0}, timeouts{0};
+    ShardedCounter rx_malformed, rx_unknown_qp, rx_dropped;
+    ShardedCounter retransmits, naks_sent, naks_received, rnr_naks_sent, rnr_naks_received,
+        duplicates, timeouts;
     // Packets lost because the port was down; verb-level faults carried out.
-    std::atomic<uint64_t> port_down_drops{0}, faults_verbs{0};
+    ShardedCounter port_down_drops, faults_verbs;
     // For the port and hw counters of the sysfs view (sysfs.hpp, CounterValues):
     // received datagram bytes and multicast packets (admit), requests the
     // responder found duplicated or out of sequence, sequence NAKs the
     // completer received, completions by outcome, and the port going down.
-    std::atomic<uint64_t> rx_bytes{0}, rx_multicast{0}, dup_requests{0}, out_of_seq_requests{0},
-        seq_naks_received{0}, retry_exceeded{0}, rnr_retry_exceeded{0}, sends_completed{0}, recvs_completed{0},
-        link_downed{0};
+    ShardedCounter rx_bytes, rx_multicast, dup_requests, out_of_seq_requests,
+        seq_naks_received, retry_exceeded, rnr_retry_exceeded, sends_completed, recvs_completed,
+        link_downed;
     // Of rx_packets: those handed over without bytes by a device of this process
     // (fabric::Link::send_direct).
-    std::atomic<uint64_t> rx_direct{0};
+    ShardedCounter rx_direct;
   };
   Counters& counters() { return counters_; }
 
@@ -201,7 +209,7 @@ class Device final : private fabric::PacketSink {
     return port_active() && link_->send_direct(dst, view);
   }
   // What admit() counts for a packet that arrived without bytes (the QP's
-  // try_receive, under rx_mu_).
+  // try_receive, from any thread: the counters are sharded by thread).
   void count_direct_rx(const wire::PacketView& view);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
@@ -267,6 +275,8 @@ class Device final : private fabric::PacketSink {
   wire::ParseError admit_mcast(std::span<const uint8_t> packet, wire::Ipv4Flow flow, wire::PacketView& view);
   // Hands a multicast packet to every QP of this device attached to rx_group_.
   void deliver_mcast(in_addr src, const wire::PacketView& view);
+  // Whether a region or a window has that key index (under mu_).
+  bool index_taken(uint32_t index) const;
 
   Handle<verbs_device, Device> handle_;
   DeviceConfig config_;
@@ -281,15 +291,17 @@ class Device final : private fabric::PacketSink {
   uint64_t guid_ = 0;
   uint8_t mac_[6] = {};
 
+  // Changes of the tables below, the number sequences, contexts_, dm_.
   std::mutex mu_;
   uint32_t next_qpn_;
-  std::unordered_map<uint32_t, Qp*> qps_;
+  std::unordered_map<uint32_t, Qp*> qps_;  // under mu_: the live QPs, for iteration
+  QpTable qp_table_;                       // the lookups' index of qps_
   uint32_t next_mr_index_ = 1;
   uint8_t next_mr_key_ = 0;
   // Regions and windows by key index (the key's upper 24 bits): one lookup
   // tells whether an index is taken, and finds what a key names.
-  std::unordered_map<uint32_t, Mr*> mrs_;
-  std::unordered_map<uint32_t, Mw*> mws_;
+  RadixTable<PtrSlot<Mr>> mrs_;
+  RadixTable<PtrSlot<Mw>> mws_;
   // Live objects per ObjectType (charge/discharge).
   std::atomic<int> live_[static_cast<size_t>(ObjectType::xrcd) + 1] = {};
   std::shared_mutex mr_mu_;
