@@ -68,6 +68,9 @@ constexpr std::array kTable = {
              "simulated fabric between the devices of the process: a TOML file of nodes and links (latency, "
              "bandwidth, loss, MTU)",
              "unset: devices of the process reach each other at once, without loss", kLibrary, false},
+    Variable{Var::kProgressSlice, "SOFTVERBS_PROGRESS_SLICE",
+             "scheduler slice the progress thread asks Linux for, in microseconds (100-100000; 0: the kernel's)",
+             "0 (the kernel's slice)", kLibrary, false},
 };
 
 // kTable is indexed by Var.

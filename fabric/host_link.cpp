@@ -1,7 +1,8 @@
 // HostLink: the abstract AF_UNIX path between devices of one host: the
 // listening socket and its connections, the per-destination connections, the
 // bounded wait for a full receiver, and the option that turns it off
-// (SOFTVERBS_HOST_LINK), and the shared-memory rings over those connections.
+// (SOFTVERBS_HOST_LINK), and the shared-memory rings over those connections
+// (their wake-up leases are in fabric/host_lease.cpp).
 #include "fabric/host_link.hpp"
 
 #include <arpa/inet.h>
@@ -169,11 +170,17 @@ HostLink::HostLink(Link& inner, RealTimeScheduler& scheduler, int fd, in_addr se
     if (epoll_ >= 0) ::close(epoll_);
     ::close(fd_);
     epoll_ = fd_ = -1;
+    return;
   }
+  // Under virtual time the application threads' hints go to the virtual
+  // scheduler: nothing would end a lease but its timer.
+  leases_ = options_.ring && scheduler_.hears_applications();
+  if (leases_) scheduler_.add_lease_holder(this);
 }
 
 HostLink::~HostLink() {
   if (fd_ < 0) return;
+  if (leases_) scheduler_.remove_lease_holder(this);
   std::lock_guard lock(rx_mu_);
   for (Conn& c : connections_) {
     if (c.ring) c.ring->close();  // its sender stops writing into it
@@ -355,7 +362,9 @@ int HostLink::send_ring(Peer& peer, in_addr dst, std::span<const uint8_t> prefix
     pollfd p{peer.fd, POLLRDHUP, 0};
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) return -1;
   }
-  if (ring.take_wake()) {
+  // A receiver whose application polls its rings is not woken (its lease).
+  if (ring.armed() && ring.take_wake(lease_horizon_ns())) {
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
     uint8_t msg[kPrefix] = {};
     std::memcpy(msg, kWakeMagic, sizeof kWakeMagic);
     // EAGAIN: the connection is full of wake-ups the receiver has yet to read,
@@ -629,11 +638,15 @@ bool HostLink::drain() {
 
 bool HostLink::poll_shared() {
   if (fd_ < 0 || !any_ring_.load(std::memory_order_relaxed)) return false;
-  if (!in_serve)
-    app_poll_.store(scheduler_.clock().now().time_since_epoch().count(), std::memory_order_relaxed);
+  Clock::time_point now{};
+  if (!in_serve) {
+    now = scheduler_.clock().now();
+    app_poll_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   std::deque<Datagram> batch;
   {
     std::lock_guard lock(rx_mu_);
+    if (!in_serve && leases_) renew_lease_locked(now);
     // Packets a waiting sender took aside are older than the rings' own.
     if (stash_pending_.load(std::memory_order_acquire)) return false;
     if (!read_rings_locked(batch)) return false;

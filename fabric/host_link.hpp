@@ -49,6 +49,20 @@
 // and a ring whose contents break its rules is dropped with its connection.
 // Where no memfd can be made, packets go on the connection as before;
 // SOFTVERBS_HOST_LINK=socket keeps them there.
+//
+// Wake-up leases. An application thread that polls a CQ again with nothing
+// found and nothing posted in between (the scheduler's busy epoch unchanged)
+// reads the rings itself on every poll, so a wake-up of the progress thread for
+// a packet it is about to read costs a context switch on its CPU and a system
+// call on the sender's for nothing (an ACK its ibv_poll_cq waits for, the
+// peer's SEND in ib_send_lat). Such a poll writes a lease into its rings (now +
+// kLease, renewed at half-time), and a sender that finds one leaves need_wake
+// for later instead of waking. The lease ends when the thread goes off to work
+// or to block (RealTimeScheduler::note_busy, wait_readable: the rings get 0,
+// and records that came meanwhile are served), or, for a thread that just
+// stops polling, when it runs out: a timer of the progress thread then serves
+// what came. A sender leaves a wake-up out only while the lease lasts beyond
+// its clock by kLeaseMargin.
 #pragma once
 
 #include <netinet/in.h>
@@ -85,7 +99,7 @@ std::optional<HostLinkOptions> parse_host_link(const char* text, std::string* er
 // is logged and the default used).
 const HostLinkOptions& host_link_options();
 
-class HostLink final : public LinkDecorator {
+class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHolder {
  public:
   // Binds the abstract name of addr and listens on it (non-blocking,
   // close-on-exec); returns the socket, or -errno.
@@ -113,6 +127,10 @@ class HostLink final : public LinkDecorator {
 
   // How many sends found their receiver full and waited (diagnostics, tests).
   uint64_t waits() const { return waits_.load(std::memory_order_relaxed); }
+  // How many wake-ups this device sent to receivers of its rings, and how
+  // many of the rings it receives on ask for one (diagnostics, tests).
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
+  size_t armed_rings();
 
  private:
   // A destination reached through its abstract name: a connection to it.
@@ -160,6 +178,14 @@ class HostLink final : public LinkDecorator {
   // The progress thread's turn: drain, keep reading the rings for kSpin,
   // then arm them and sleep.
   void serve();
+  // Wake-up leases (fabric/host_lease.cpp). An application thread's poll at
+  // `now`: starts or renews the lease (under rx_mu_).
+  void renew_lease_locked(Clock::time_point now);
+  // What a sender compares a receiver's lease with: now, plus the margin.
+  uint64_t lease_horizon_ns() const;
+  void end_lease() override;
+  // The progress thread, when a lease may have run out: serves what came.
+  void check_lease();
   bool rings_pending();
   void deliver(std::deque<Datagram>& batch);
   // Waits for room at the peer until `deadline`, taking this device's own
@@ -181,6 +207,7 @@ class HostLink final : public LinkDecorator {
   uint8_t prefix_[8];
   std::once_flag watched_;
   std::atomic<uint64_t> waits_{0};
+  std::atomic<uint64_t> wakeups_{0};
 
   std::mutex peers_mu_;
   std::unordered_map<in_addr_t, Entry> peers_;
@@ -201,6 +228,15 @@ class HostLink final : public LinkDecorator {
   std::atomic<Clock::duration::rep> app_poll_{0};  // some connection has a ring: poll_shared looks
   std::deque<Datagram> stash_;
   std::atomic<bool> stash_pending_{false};
+
+  // The wake-up lease (see the file comment): whether this link lends them
+  // (its scheduler hears the application threads), until when the rings say
+  // (Clock ticks; 0: none), and whether check_lease() is queued.
+  bool leases_ = false;
+  std::atomic<Clock::duration::rep> lease_until_{0};
+  std::atomic<bool> lease_timer_{false};
+  // check_lease() runs on a timer: it finds this link gone through it.
+  std::shared_ptr<char> alive_ = std::make_shared<char>(0);
 };
 
 }  // namespace softverbs::fabric

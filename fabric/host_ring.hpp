@@ -8,8 +8,12 @@
 // counters on cache lines of their own: `head` (bytes the producer has
 // written, monotonic), `tail` (bytes the consumer has taken, monotonic) and
 // `need_wake` (set by a consumer about to sleep: the producer that takes it
-// down sends one wake-up), plus `closed` (the consumer is gone) and `attached`
-// (the consumer has mapped it). A record is
+// down sends one wake-up), plus `closed` (the consumer is gone), `attached`
+// (the consumer has mapped it) and `lease` (on need_wake's line: until when,
+// in ns of the host's CLOCK_MONOTONIC, the consumer's application polls the
+// ring itself: a producer then leaves need_wake for later instead of waking
+// it; 0: none; a consumer that writes nonsense there only delays its own
+// wake-ups). A record is
 // a 32-bit length, 4 reserved bytes, then that many bytes, padded to 8; a
 // record that does not fit before the end is preceded by a wrap mark (length
 // kWrap) and starts at offset 0. A record never exceeds kMaxRecord.
@@ -53,6 +57,9 @@ class HostRing {
   bool put(std::span<const uint8_t> a, std::span<const uint8_t> b);
   // After put: true once per consumer sleep, when the producer must wake it.
   bool take_wake();
+  // The same, but false while the consumer's lease lasts beyond now_ns (it
+  // polls the ring itself): need_wake then stays for a later put.
+  bool take_wake(uint64_t now_ns);
   // The consumer said it is gone.
   bool closed() const;
   // The consumer has mapped the ring (attach() says so in the header).
@@ -68,6 +75,14 @@ class HostRing {
   bool arm();
   // The producer need not wake this consumer (it is polling).
   void disarm();
+  // Whether a wake-up is asked for (armed and not yet taken down).
+  bool armed() const;
+  // The consumer's application polls the ring until until_ns (a promise its
+  // owner keeps with a timer: fabric/host_lease.cpp).
+  void lease(uint64_t until_ns);
+  // Ends the lease; true if records arrived meanwhile (they may have come
+  // without a wake-up: the caller takes them).
+  bool end_lease();
   void close();
 
   // Tests: the raw mapping, to write hostile contents into it.

@@ -9,6 +9,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <cstring>
 #include <queue>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "fabric/thread_slice.hpp"
 #include "fabric/virtual_time.hpp"
 #include "faults/process.hpp"
 
@@ -75,6 +77,9 @@ RealTimeScheduler& RealTimeScheduler::instance() {
 void RealTimeScheduler::ensure_started() {
   std::call_once(started_, [this] {
     engine_->thread = std::thread([e = engine_.get()] {
+      // The slice SOFTVERBS_PROGRESS_SLICE asks for, if any
+      // (fabric/thread_slice.hpp).
+      request_progress_slice();
       auto guard = boost::asio::make_work_guard(e->io);
       for (;;) {
         try {
@@ -139,6 +144,28 @@ void RealTimeScheduler::Engine::run_due() {
     f();
   }
   rearm();
+}
+
+void RealTimeScheduler::note_busy() {
+  // One load on the posting and polling paths while nobody holds a lease.
+  if (!leases_held_.load(std::memory_order_relaxed) || !leases_held_.exchange(false, std::memory_order_seq_cst)) return;
+  std::lock_guard lock(holders_mu_);
+  for (LeaseHolder* h : holders_) h->end_lease();
+}
+
+// About to block on an event fd: whatever the thread polled, it polls no more.
+void RealTimeScheduler::wait_readable(int /*fd*/) { note_busy(); }
+
+bool RealTimeScheduler::hears_applications() const { return !process_wide_ || &process_scheduler() == this; }
+
+void RealTimeScheduler::add_lease_holder(LeaseHolder* h) {
+  std::lock_guard lock(holders_mu_);
+  holders_.push_back(h);
+}
+
+void RealTimeScheduler::remove_lease_holder(LeaseHolder* h) {
+  std::lock_guard lock(holders_mu_);
+  std::erase(holders_, h);
 }
 
 void RealTimeScheduler::watch_readable(int fd, std::function<void()> on_ready) {

@@ -9,9 +9,11 @@
 // thread, started on first use, over softverbs::real_clock().
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/clock.hpp"
 
@@ -32,6 +34,31 @@ class RealTimeScheduler final : public Scheduler {
   void post(Task f) override;
   void at(Clock::time_point when, Task f) override;
 
+  // Application threads' hints (Scheduler::note_busy, idle_poll,
+  // wait_readable): this scheduler runs no engine work in them, but a link may
+  // lend its peers a wake-up lease while an application thread polls
+  // (fabric/host_link.hpp), which must end when that thread goes off to work or
+  // to block. note_busy() and wait_readable() end the leases of the holders
+  // (after hold_leases() said some may be held).
+  void note_busy() override;
+  void wait_readable(int fd) override;
+  // Whether application threads' hints reach this scheduler: false for the
+  // process's instance when the process runs on virtual time (the hints go to
+  // the virtual scheduler then).
+  bool hears_applications() const;
+  class LeaseHolder {
+   public:
+    // On an application thread: end the lease (its peers wake it again).
+    virtual void end_lease() = 0;
+
+   protected:
+    ~LeaseHolder() = default;
+  };
+  void add_lease_holder(LeaseHolder* h);
+  void remove_lease_holder(LeaseHolder* h);
+  // A holder took a lease: the next note_busy()/wait_readable() ends them.
+  void hold_leases() noexcept { leases_held_.store(true, std::memory_order_seq_cst); }
+
   // Calls on_ready on the engine's thread whenever fd becomes readable, for the
   // rest of this scheduler's life; on_ready drains fd (non-blocking). The wait
   // is queued again before on_ready runs, so a datagram that lands after the
@@ -46,6 +73,9 @@ class RealTimeScheduler final : public Scheduler {
   std::unique_ptr<Engine> engine_;
   std::once_flag started_;
   bool process_wide_ = false;  // instance(): never destroyed, its thread detached
+  std::atomic<bool> leases_held_{false};
+  std::mutex holders_mu_;
+  std::vector<LeaseHolder*> holders_;
 };
 
 // The scheduler (and with it the clock) of the process's engine, chosen once by

@@ -354,6 +354,8 @@ NOT_RUN = {
         "names a profiler, no program to profile",
     ("docs/performance.md", "perf stat -e context-switches"):
         "names a profiler option, no program to profile",
+    ("docs/performance.md", "perf sched record"):
+        "names a profiler, no program to profile (and needs the scheduler's tracepoints)",
     ("docs/performance.md", "benchmarks/cm_setup.sh [build-dir]"):
         "a measurement on the fixed addresses 127.0.0.20 and .21, which the clients label's "
         "cm_acceptance test holds; the clients label runs cmtime (rdmacm_test.cpp, cm_acceptance.sh)",

@@ -155,6 +155,34 @@ TEST(RealTimeScheduler, RunsDeadlinesInOrderAndNotEarly) {
   EXPECT_GE(ran[3].second, t0 + 30ms);
 }
 
+// The application threads' hints end the leases of the holders, once per
+// hold_leases().
+TEST(RealTimeScheduler, BusyHintsEndTheLeasesHeld) {
+  struct Holder final : RealTimeScheduler::LeaseHolder {
+    void end_lease() override { ++ended; }
+    int ended = 0;
+  };
+  RealTimeScheduler s;
+  EXPECT_TRUE(s.hears_applications());  // not the process's: its owner gives the hints
+  Holder a, b;
+  s.add_lease_holder(&a);
+  s.add_lease_holder(&b);
+  s.note_busy();  // nothing held: nobody is called
+  EXPECT_EQ(a.ended + b.ended, 0);
+  s.hold_leases();
+  s.note_busy();
+  EXPECT_EQ(a.ended, 1);
+  EXPECT_EQ(b.ended, 1);
+  s.note_busy();  // ended already
+  EXPECT_EQ(a.ended, 1);
+  s.remove_lease_holder(&b);
+  s.hold_leases();
+  s.wait_readable(-1);  // about to block: the same, and it returns at once
+  EXPECT_EQ(a.ended, 2);
+  EXPECT_EQ(b.ended, 1);
+  s.remove_lease_holder(&a);
+}
+
 TEST(RealTimeScheduler, WatchesReadability) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);

@@ -4,7 +4,8 @@
 // receiver's queue arriving complete, the bounded wait turning into a counted
 // drop when the receiver never reads, and two links that fill each other's
 // queues finishing without a drop; the shared-memory rings: the socket mode
-// alongside, a sleeping receiver woken through its connection, and a hostile
+// alongside, a sleeping receiver woken through its connection, a polling one
+// not woken (the lease) and served after its lease, and a hostile
 // sender's ring costing that sender its connection, not the receiver.
 #include <gtest/gtest.h>
 
@@ -318,6 +319,80 @@ TEST(HostLink, ASleepingReceiverIsWoken) {
   ASSERT_EQ(b.rx.count(), 1u);
   EXPECT_NE(b.link->rx_state().find("1 rings"), std::string::npos) << b.link->rx_state();
   sched.reset();  // its thread watches b's sockets: stopped before b goes
+}
+
+// Waits (bounded) until `cond` holds; false if it never did.
+template <class F>
+bool eventually(F cond) {
+  for (int spins = 0; spins < 3000000; ++spins) {
+    if (cond()) return true;
+    std::this_thread::yield();
+  }
+  return cond();
+}
+
+// While the receiver's application polls (poll_shared), the sender leaves
+// the wake-up out; once the application goes off to work (note_busy), the
+// next packet wakes it again.
+TEST(HostLink, APollingReceiverIsNotWoken) {
+  auto sched = std::make_unique<RealTimeScheduler>();
+  RealTimeScheduler& s = *sched;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  b.link->watch();
+  a.link->send(b.addr, packet(1));
+  b.drain_until(1);
+  ASSERT_EQ(b.rx.count(), 1u);
+  // A lease lasts 1 ms of real time: a test thread descheduled longer than
+  // that between its poll and its send sees a wake-up, and tries again.
+  uint32_t psn = 2;
+  bool held_back = false;
+  for (int attempt = 0; attempt < 20 && !held_back; ++attempt, ++psn) {
+    // The progress thread armed the ring before it went back to sleep.
+    ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+    const uint64_t woken = a.link->wakeups();
+    (void)b.link->poll_shared();  // the application polls: a lease
+    a.link->send(b.addr, packet(psn));
+    held_back = a.link->wakeups() == woken;
+    if (held_back) {
+      EXPECT_EQ(b.link->armed_rings(), 1u);  // the wake-up is still asked for
+    }
+    b.drain_until(psn);  // the poller takes the packet
+    ASSERT_EQ(b.rx.count(), psn);
+  }
+  EXPECT_TRUE(held_back);
+  s.note_busy();  // the application goes off to work
+  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  const uint64_t woken = a.link->wakeups();
+  a.link->send(b.addr, packet(psn));
+  EXPECT_EQ(a.link->wakeups(), woken + 1);
+  b.drain_until(psn);
+  EXPECT_EQ(b.rx.count(), psn);
+  sched.reset();
+}
+
+// A packet that came under a lease without a wake-up is served by the
+// progress thread when the lease ends (note_busy) or runs out (no poll).
+TEST(HostLink, WhatCameUnderALeaseIsServedAfterIt) {
+  auto sched = std::make_unique<RealTimeScheduler>();
+  RealTimeScheduler& s = *sched;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  b.link->watch();
+  a.link->send(b.addr, packet(1));
+  b.drain_until(1);
+  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  for (bool ended : {true, false}) {
+    (void)b.link->poll_shared();
+    const int readies = b.rx.readies;
+    a.link->send(b.addr, packet(ended ? 2 : 3));
+    if (ended) s.note_busy();
+    // Served (the progress thread's serve() announces it) without a poll,
+    // whether the send found the lease or not.
+    EXPECT_TRUE(eventually([&] { return b.rx.readies > readies; })) << ended;
+    b.drain_until(ended ? 2 : 3);
+    EXPECT_EQ(b.rx.count(), ended ? 2u : 3u);
+    ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  }
+  sched.reset();
 }
 
 // A sender that passes a ring and then writes nonsense into it (or into the

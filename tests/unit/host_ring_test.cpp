@@ -1,6 +1,7 @@
 // HostRing (fabric/host_ring.hpp), the shared-memory packet ring of the
 // same-host path: records of every size wrap around the end in order, a full
-// ring refuses until the consumer takes, the wake-up handshake, and a
+// ring refuses until the consumer takes, the wake-up handshake and the lease
+// that holds it back, and a
 // consumer that survives whatever a hostile producer writes into the shared
 // mapping or passes as the ring's file.
 #include <gtest/gtest.h>
@@ -101,6 +102,30 @@ TEST(HostRing, OneWakeUpPerSleep) {
   EXPECT_FALSE(p.producer->closed());
   p.consumer->close();
   EXPECT_TRUE(p.producer->closed());
+}
+
+// A consumer whose application polls lends its producer a lease: no wake-up
+// until it runs out or ends, and need_wake stays for the put after it.
+TEST(HostRing, ALeaseHoldsTheWakeUpBack) {
+  Pair p;
+  EXPECT_FALSE(p.consumer->arm());
+  EXPECT_TRUE(p.consumer->armed());
+  p.consumer->lease(1000);
+  const Bytes r = record(3, 10);
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_FALSE(p.producer->take_wake(999));  // leased beyond now
+  EXPECT_TRUE(p.consumer->armed());           // still asked for, for later
+  EXPECT_TRUE(p.consumer->end_lease());       // and the record is there
+  EXPECT_TRUE(p.producer->take_wake(999));    // no lease: the wake-up
+  EXPECT_FALSE(p.consumer->armed());
+  Bytes out;
+  ASSERT_EQ(p.consumer->take(out), 1);
+  EXPECT_FALSE(p.consumer->end_lease());  // nothing waits
+  // A lease that has run out holds nothing back.
+  EXPECT_FALSE(p.consumer->arm());
+  p.consumer->lease(1000);
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_TRUE(p.producer->take_wake(1000));
 }
 
 TEST(HostRing, AttachRefusesAFileThatIsNotASealedRing) {

@@ -1,0 +1,92 @@
+// HostLink's wake-up leases (see host_link.hpp): an application thread that
+// polls the rings lends their senders a lease, so that they leave out the
+// wake-up of a progress thread that would only find its poller's packets
+// taken; its end (note_busy, wait_readable) and its running out (a timer).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "fabric/host_link.hpp"
+
+namespace softverbs::fabric {
+namespace {
+
+// A lease's length: a thread that stops polling without posting, finding a
+// completion or blocking leaves a packet that came meanwhile waiting at most
+// this long; while it polls, the progress thread wakes once per lease to
+// renew its timer.
+constexpr auto kLease = std::chrono::milliseconds(1);
+// A sender leaves a wake-up out only if the lease lasts this much longer than
+// its own clock says, so that the receiver's timer, which looks at the rings
+// once the lease is over, finds what it put.
+constexpr auto kLeaseMargin = std::chrono::microseconds(5);
+
+uint64_t to_ns(Clock::time_point t) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+}  // namespace
+
+uint64_t HostLink::lease_horizon_ns() const { return to_ns(scheduler_.clock().now() + kLeaseMargin); }
+
+void HostLink::renew_lease_locked(Clock::time_point now) {
+  const Clock::duration::rep until = lease_until_.load(std::memory_order_relaxed);
+  if (until != 0 && Clock::time_point(Clock::duration(until)) - now > kLease / 2) return;
+  const Clock::time_point next = now + kLease;
+  lease_until_.store(next.time_since_epoch().count(), std::memory_order_relaxed);
+  // Before the rings say so: the next note_busy() must end it.
+  scheduler_.hold_leases();
+  for (Conn& c : connections_)
+    if (c.ring) c.ring->lease(to_ns(next));
+  if (!lease_timer_.exchange(true))
+    scheduler_.at(next, [this, alive = std::weak_ptr<char>(alive_)] {
+      if (auto still = alive.lock()) check_lease();
+    });
+}
+
+// On an application thread that goes off to work or to block.
+void HostLink::end_lease() {
+  if (lease_until_.exchange(0, std::memory_order_relaxed) == 0) return;
+  bool arrived = false;
+  {
+    std::lock_guard lock(rx_mu_);
+    for (Conn& c : connections_)
+      if (c.ring) arrived |= c.ring->end_lease();
+  }
+  // Records that came under the lease may have come without a wake-up.
+  if (arrived && !serve_posted_.exchange(true))
+    scheduler_.post([this] {
+      serve_posted_.store(false);
+      serve();
+    });
+}
+
+void HostLink::check_lease() {
+  lease_timer_.store(false);
+  const Clock::duration::rep until = lease_until_.load(std::memory_order_relaxed);
+  if (until == 0) return;  // ended by its thread, which served what came
+  const Clock::time_point end{Clock::duration(until)};
+  if (scheduler_.clock().now() < end) {
+    // Renewed: look again when the new one is over.
+    if (!lease_timer_.exchange(true))
+      scheduler_.at(end, [this, alive = std::weak_ptr<char>(alive_)] {
+        if (auto still = alive.lock()) check_lease();
+      });
+    return;
+  }
+  // Over, and its thread polls no more: what senders left without a wake-up
+  // is served now (the rings keep the old lease, which has passed).
+  Clock::duration::rep expected = until;
+  lease_until_.compare_exchange_strong(expected, 0);
+  serve();
+}
+
+size_t HostLink::armed_rings() {
+  std::lock_guard lock(rx_mu_);
+  size_t n = 0;
+  for (const Conn& c : connections_) n += c.ring && c.ring->armed();
+  return n;
+}
+
+}  // namespace softverbs::fabric
