@@ -1,7 +1,8 @@
 // HostLink: the abstract AF_UNIX path between devices of one host: the
 // listening socket and its connections, the per-destination connections, the
-// bounded wait for a full receiver, and the option that turns it off
-// (SOFTVERBS_HOST_LINK), and the shared-memory rings over those connections.
+// bounded wait for a full receiver, and the shared-memory rings over those
+// connections (the option that turns it off, SOFTVERBS_HOST_LINK, is parsed in
+// host_link_options.cpp).
 #include "fabric/host_link.hpp"
 
 #include <arpa/inet.h>
@@ -16,7 +17,6 @@
 #include <cstring>
 #include <thread>
 
-#include "core/env.hpp"
 #include "core/log.hpp"
 #include "wire/headers.hpp"
 #include "wire/icrc.hpp"
@@ -103,41 +103,6 @@ std::string addr_str(in_addr a) {
 }
 
 }  // namespace
-
-std::optional<HostLinkOptions> parse_host_link(const char* text, std::string* error) {
-  HostLinkOptions o;
-  if (!text || !*text) return o;
-  std::string v(text);
-  if (v == "udp") {
-    o.enabled = false;
-    return o;
-  }
-  if (v.rfind("socket", 0) == 0) {
-    o.ring = false;
-    v = "unix" + v.substr(6);
-  }
-  if (v == "unix") return o;
-  if (v.rfind("unix:", 0) == 0 && v.size() > 5 && v.size() <= 5 + 6 &&
-      v.find_first_not_of("0123456789", 5) == std::string::npos) {
-    o.wait = std::chrono::milliseconds(std::stoul(v.substr(5)));
-    return o;
-  }
-  if (error)
-    *error = "SOFTVERBS_HOST_LINK=" + std::string(text) +
-             ": expected unix, unix:MILLISECONDS (0-999999), socket, socket:MILLISECONDS or udp";
-  return std::nullopt;
-}
-
-const HostLinkOptions& host_link_options() {
-  static const HostLinkOptions options = [] {
-    std::string error;
-    auto o = parse_host_link(env::host_link(), &error);
-    if (o) return *o;
-    SV_LOG(kError, "%s; using unix", error.c_str());
-    return HostLinkOptions{};
-  }();
-  return options;
-}
 
 std::string HostLink::name_of(in_addr addr) { return std::string(1, '\0') + "softverbs/roce/" + addr_str(addr); }
 
