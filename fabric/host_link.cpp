@@ -1,8 +1,8 @@
 // HostLink: the abstract AF_UNIX path between devices of one host: the
 // listening socket and its connections, the per-destination connections, the
-// bounded wait for a full receiver, and the option that turns it off
-// (SOFTVERBS_HOST_LINK), and the shared-memory rings over those connections
-// (their wake-up leases are in fabric/host_lease.cpp).
+// bounded wait for a full receiver, and the shared-memory rings over those
+// connections (their wake-up leases are in fabric/host_lease.cpp; the option
+// that turns it off, SOFTVERBS_HOST_LINK, is parsed in host_link_options.cpp).
 #include "fabric/host_link.hpp"
 
 #include <arpa/inet.h>
@@ -17,9 +17,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/env.hpp"
 #include "core/log.hpp"
 #include "wire/headers.hpp"
+#include "wire/icrc.hpp"
 
 namespace softverbs::fabric {
 namespace {
@@ -32,6 +32,12 @@ constexpr uint8_t kMagic[3] = {'S', 'V', 1};
 // them; receivers before rings skip them (not format 1).
 constexpr uint8_t kRingMagic[3] = {'S', 'V', 2};
 constexpr uint8_t kWakeMagic[3] = {'S', 'V', 3};
+// A packet as format 1, whose ICRC field was not computed (it holds 0): only
+// in a ring whose receiver published kRingTakesNoIcrc, which hands it up
+// marked so (wire::IpFields::icrc_skipped) and does not check it.
+constexpr uint8_t kNoIcrcMagic[3] = {'S', 'V', 4};
+// The features a receiver publishes in the rings it takes up (HostRing::attach).
+constexpr uint32_t kRingTakesNoIcrc = 1;
 constexpr size_t kTosAt = 3;
 constexpr size_t kPrefix = 8;
 // Packets read from one connection per look, so one busy peer cannot starve
@@ -97,41 +103,6 @@ std::string addr_str(in_addr a) {
 }
 
 }  // namespace
-
-std::optional<HostLinkOptions> parse_host_link(const char* text, std::string* error) {
-  HostLinkOptions o;
-  if (!text || !*text) return o;
-  std::string v(text);
-  if (v == "udp") {
-    o.enabled = false;
-    return o;
-  }
-  if (v.rfind("socket", 0) == 0) {
-    o.ring = false;
-    v = "unix" + v.substr(6);
-  }
-  if (v == "unix") return o;
-  if (v.rfind("unix:", 0) == 0 && v.size() > 5 && v.size() <= 5 + 6 &&
-      v.find_first_not_of("0123456789", 5) == std::string::npos) {
-    o.wait = std::chrono::milliseconds(std::stoul(v.substr(5)));
-    return o;
-  }
-  if (error)
-    *error = "SOFTVERBS_HOST_LINK=" + std::string(text) +
-             ": expected unix, unix:MILLISECONDS (0-999999), socket, socket:MILLISECONDS or udp";
-  return std::nullopt;
-}
-
-const HostLinkOptions& host_link_options() {
-  static const HostLinkOptions options = [] {
-    std::string error;
-    auto o = parse_host_link(env::host_link(), &error);
-    if (o) return *o;
-    SV_LOG(kError, "%s; using unix", error.c_str());
-    return HostLinkOptions{};
-  }();
-  return options;
-}
 
 std::string HostLink::name_of(in_addr addr) { return std::string(1, '\0') + "softverbs/roce/" + addr_str(addr); }
 
@@ -245,25 +216,62 @@ void HostLink::forget(in_addr dst, const std::shared_ptr<Peer>& peer) {
   }
 }
 
-void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool /*icrc: always set here, see Link::needs_icrc*/) {
+bool HostLink::takes_no_icrc(const Peer& peer) {
+  return peer.ring && (peer.ring->features() & kRingTakesNoIcrc) && !peer.dead.load(std::memory_order_relaxed);
+}
+
+bool HostLink::needs_icrc(in_addr dst) {
+  if (fd_ < 0 || !options_.ring) return true;
+  std::shared_ptr<Peer> peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(dst.s_addr);
+    if (it != peers_.end()) peer = it->second.peer;
+  }
+  // No connection yet (the first packet makes it): with an ICRC, as UDP needs.
+  return !peer || !takes_no_icrc(*peer);
+}
+
+void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
+  // A packet that left its ICRC uncomputed for a ring whose receiver takes
+  // that, but goes another way now (the receiver went away or was replaced),
+  // gets it here: with the flow the sending device computes it for
+  // (emu::Device::flow).
+  static thread_local std::vector<uint8_t> completed;
+  auto complete_icrc = [&] {
+    if (icrc) return;
+    completed.assign(packet.begin(), packet.end());
+    wire::Ipv4Flow flow;
+    std::memcpy(flow.saddr.data(), &self_.s_addr, 4);
+    std::memcpy(flow.daddr.data(), &dst.s_addr, 4);
+    flow.sport = wire::kRoceV2UdpPort;
+    flow.dport = wire::kRoceV2UdpPort;
+    wire::write_icrc(wire::IcrcFlow{flow}, completed);
+    packet = completed;
+    icrc = true;
+  };
   if (fd_ >= 0) {
     // A peer that went away (its process exited) may have been replaced by a
     // new owner of the address: look once more before falling back to UDP.
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::shared_ptr<Peer> peer = peer_for(dst);
       if (!peer) break;
-      if (send_to(peer, dst, packet, tos) >= 0) return;
+      if (!takes_no_icrc(*peer)) complete_icrc();
+      if (send_to(peer, dst, packet, tos, icrc) >= 0) return;
       forget(dst, peer);
     }
   }
+  complete_icrc();
   inner_.send(dst, packet, tos);
 }
 
-int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos) {
+int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos,
+                      bool icrc) {
   // Senders on several threads: each its own copy of the prefix.
   uint8_t prefix[kPrefix];
   std::memcpy(prefix, prefix_, kPrefix);
   prefix[kTosAt] = tos;
+  if (!icrc) std::memcpy(prefix, kNoIcrcMagic, sizeof kNoIcrcMagic);  // only for a ring that takes it (send())
   if (peer->ring) return send_ring(*peer, dst, prefix, packet);
   iovec iov[2] = {{prefix, kPrefix}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   msghdr msg{};
@@ -393,7 +401,7 @@ bool HostLink::wait_for_ring(Peer& peer, Clock::time_point deadline, bool* gone)
   bool stash_full = false;
   {
     std::lock_guard lock(rx_mu_);
-    stash_full = stash_.size() >= kStashLimit;
+    stash_full = stash_.packets.size() >= kStashLimit;
   }
   // The connection says when the receiver's process ends (POLLHUP); the
   // ring's room is looked at again after kRingWaitNs; our own sockets are
@@ -413,9 +421,9 @@ bool HostLink::wait_for_ring(Peer& peer, Clock::time_point deadline, bool* gone)
   bool post = false;
   {
     std::lock_guard lock(rx_mu_);
-    const size_t before = stash_.size();
+    const size_t before = stash_.packets.size();
     if (before < kStashLimit) read_rings_locked(stash_);
-    post = stash_.size() > before && !stash_pending_.exchange(true);
+    post = stash_.packets.size() > before && !stash_pending_.exchange(true);
   }
   if (post) scheduler_.post([this] { up_->ready(); });
   return true;
@@ -431,7 +439,7 @@ bool HostLink::wait_for_room(int peer_fd, Clock::time_point deadline) {
     bool stash_full = false;
     {
       std::lock_guard lock(rx_mu_);
-      stash_full = stash_.size() >= kStashLimit;
+      stash_full = stash_.packets.size() >= kStashLimit;
     }
     pollfd fds[2] = {{peer_fd, POLLOUT, 0}, {epoll_, static_cast<short>(stash_full ? 0 : POLLIN), 0}};
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
@@ -448,9 +456,9 @@ void HostLink::pull_into_stash() {
   bool was_pending = false;
   {
     std::lock_guard lock(rx_mu_);
-    const size_t before = stash_.size();
+    const size_t before = stash_.packets.size();
     collect_locked(stash_);
-    if (stash_.size() == before) return;
+    if (stash_.packets.size() == before) return;
     // Set under the lock: a drain or poll that comes next must take the stash
     // before anything newer from the sockets or rings.
     was_pending = stash_pending_.exchange(true);
@@ -459,7 +467,7 @@ void HostLink::pull_into_stash() {
   if (!was_pending) scheduler_.post([this] { up_->ready(); });
 }
 
-bool HostLink::collect_locked(std::deque<Datagram>& out) {
+bool HostLink::collect_locked(Batch& out) {
   bool any = read_rings_locked(out);
   epoll_event evs[16];
   const int n = ::epoll_wait(epoll_, evs, 16, 0);
@@ -494,7 +502,7 @@ bool HostLink::collect_locked(std::deque<Datagram>& out) {
   return any;
 }
 
-bool HostLink::read_rings_locked(std::deque<Datagram>& out) {
+bool HostLink::read_rings_locked(Batch& out) {
   if (!any_ring_.load(std::memory_order_relaxed)) return false;
   bool any = false;
   for (size_t i = 0; i < connections_.size(); ++i) {
@@ -514,19 +522,52 @@ bool HostLink::read_rings_locked(std::deque<Datagram>& out) {
 }
 
 // True if records were taken; false when the ring is garbled.
-bool HostLink::read_ring_locked(Conn& c, std::deque<Datagram>& out) {
-  static thread_local std::vector<uint8_t> rec;
+//
+// In place (the drains and polls), a packet is handed up where it lies in the
+// ring: its prefix is read once into the Datagram here, the packet's headers
+// once by the parser (wire::parse), and the payload is copied once, by the
+// QP into its memory. The producer cannot move the bytes (their span was
+// fixed when the length was read) and gets their room back only when the
+// batch has been delivered (HostRing::hold); whatever it writes into them
+// meanwhile is what it could have sent. For the stash (a sender waiting for
+// room, whose batch may wait long) records are copied out and their room
+// given back at once. A delivery that sends into a full ring of its peer
+// keeps its batch's room until that send is done: two processes whose
+// deliveries wait for each other's full rings are freed by the bounded wait
+// (a counted drop, as when the stash is full).
+bool HostLink::read_ring_locked(Conn& c, Batch& out) {
+  HostRing& ring = *c.ring;
+  ring.hold();
+  size_t taken = 0;
+  int r = 1;
   for (int i = 0; i < kPerRing; ++i) {
-    const int r = c.ring->take(rec);
-    if (r == 0) break;
-    if (r < 0) return false;
-    // The record was copied out of the shared mapping: its checks hold.
-    if (rec.size() < kPrefix || std::memcmp(rec.data(), kMagic, sizeof kMagic) != 0) continue;
+    std::span<const uint8_t> rec;
+    r = ring.next(&rec);
+    if (r <= 0) break;
+    uint8_t prefix[kPrefix];
+    if (rec.size() < kPrefix) continue;
+    std::memcpy(prefix, rec.data(), kPrefix);  // read once: the peer may change it
+    const bool no_icrc = std::memcmp(prefix, kNoIcrcMagic, sizeof kNoIcrcMagic) == 0;
+    if (!no_icrc && std::memcmp(prefix, kMagic, sizeof kMagic) != 0) continue;
     in_addr src{};
-    std::memcpy(&src.s_addr, rec.data() + 4, 4);
-    out.push_back(Datagram{src, rec[kTosAt], std::vector<uint8_t>(rec.begin() + kPrefix, rec.end())});
+    std::memcpy(&src.s_addr, prefix + 4, 4);
+    Datagram d{src, prefix[kTosAt], {}, nullptr, 0, no_icrc};
+    const std::span<const uint8_t> packet = rec.subspan(kPrefix);
+    if (out.in_place) {
+      d.in_ring = packet.data();
+      d.len = packet.size();
+    } else {
+      d.owned.assign(packet.begin(), packet.end());
+    }
+    out.packets.push_back(std::move(d));
+    ++taken;
   }
-  return true;
+  if (out.in_place && taken > 0) {
+    out.held.push_back(c.ring);  // unheld after delivery (deliver)
+  } else {
+    ring.unhold();  // copied (or nothing): the room goes back now
+  }
+  return r >= 0;
 }
 
 void HostLink::close_connection_locked(size_t i) {
@@ -537,7 +578,7 @@ void HostLink::close_connection_locked(size_t i) {
   connections_.erase(connections_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
-bool HostLink::read_connection_locked(int conn, std::deque<Datagram>& out) {
+bool HostLink::read_connection_locked(int conn, Batch& out) {
   static thread_local std::vector<uint8_t> buf(kMaxDatagram);
   size_t at = 0;
   while (at < connections_.size() && connections_[at].fd != conn) ++at;
@@ -579,7 +620,7 @@ bool HostLink::read_connection_locked(int conn, std::deque<Datagram>& out) {
     if (static_cast<size_t>(n) >= kPrefix && std::memcmp(buf.data(), kRingMagic, sizeof kRingMagic) == 0 &&
         fds.size() == 1 && !c.ring) {
       std::string why;
-      c.ring = HostRing::attach(fds[0], &why);
+      c.ring = HostRing::attach(fds[0], &why, HostRing::kDataBytes, kRingTakesNoIcrc);
       if (c.ring) {
         any_ring_.store(true, std::memory_order_relaxed);
       } else {
@@ -608,32 +649,39 @@ bool HostLink::read_connection_locked(int conn, std::deque<Datagram>& out) {
     if (static_cast<size_t>(n) < kPrefix || std::memcmp(buf.data(), kMagic, sizeof kMagic) != 0) continue;  // not a packet
     in_addr src{};
     std::memcpy(&src.s_addr, buf.data() + 4, 4);
-    out.push_back(Datagram{src, buf[kTosAt], std::vector<uint8_t>(buf.data() + kPrefix, buf.data() + n)});
+    out.packets.push_back(
+        Datagram{src, buf[kTosAt], std::vector<uint8_t>(buf.data() + kPrefix, buf.data() + n), nullptr, 0, false});
   }
   return any;
 }
 
-void HostLink::deliver(std::deque<Datagram>& batch) {
+void HostLink::deliver(Batch& batch) {
   // Delivery may send, and a send may wait and pull into the stash: no lock
   // is held here.
   // The TTL is the one a socket sends with: the host's loopback does not decrement it.
-  for (const Datagram& d : batch) up_->receive(d.src, wire::kRoceV2UdpPort, d.bytes, wire::IpFields{d.tos, wire::kDefaultTtl});
+  for (const Datagram& d : batch.packets)
+    up_->receive(d.src, wire::kRoceV2UdpPort, d.bytes(), wire::IpFields{d.tos, wire::kDefaultTtl, d.icrc_skipped});
+  if (batch.held.empty()) return;
+  std::lock_guard lock(rx_mu_);
+  for (const auto& ring : batch.held) ring->unhold();
+  batch.held.clear();
 }
 
 bool HostLink::drain() {
   bool any = inner_.drain();
   if (fd_ < 0) return any;
-  std::deque<Datagram> batch;
+  Batch batch(true);
   {
     std::lock_guard lock(rx_mu_);
     if (stash_pending_.load(std::memory_order_acquire)) {
-      batch.swap(stash_);
+      batch.packets.swap(stash_.packets);
       stash_pending_.store(false, std::memory_order_release);
     }
     any |= collect_locked(batch);
   }
+  const bool got = !batch.packets.empty();
   deliver(batch);
-  return any || !batch.empty();
+  return any || got;
 }
 
 bool HostLink::poll_shared() {
@@ -643,7 +691,7 @@ bool HostLink::poll_shared() {
     now = scheduler_.clock().now();
     app_poll_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   }
-  std::deque<Datagram> batch;
+  Batch batch(true);
   {
     std::lock_guard lock(rx_mu_);
     if (!in_serve && leases_) renew_lease_locked(now);
@@ -651,8 +699,9 @@ bool HostLink::poll_shared() {
     if (stash_pending_.load(std::memory_order_acquire)) return false;
     if (!read_rings_locked(batch)) return false;
   }
+  const bool got = !batch.packets.empty();
   deliver(batch);
-  return !batch.empty();
+  return got;
 }
 
 bool HostLink::rings_pending() {
@@ -725,7 +774,7 @@ std::string HostLink::rx_state() {
   size_t stashed = 0, connections = 0, rings = 0, pending = 0;
   {
     std::lock_guard lock(rx_mu_);
-    stashed = stash_.size();
+    stashed = stash_.packets.size();
     connections = connections_.size();
     for (const Conn& c : connections_) {
       rings += c.ring != nullptr;

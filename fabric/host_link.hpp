@@ -63,6 +63,14 @@
 // stops polling, when it runs out: a timer of the progress thread then serves
 // what came. A sender leaves a wake-up out only while the lease lasts beyond
 // its clock by kLeaseMargin.
+//
+// Two costs a ring does not need (docs/wire.md §1.1.1): its packets are parsed
+// where they lie in the mapping (only the record's length and prefix are read
+// into private memory first, the parser reads each header field once, the QP
+// copies the payload once), and they carry no ICRC to a receiver that
+// published kRingTakesNoIcrc in the ring, marked by their prefix ('S' 'V' 4).
+// A packet built without its ICRC that ends up going another way gets it in
+// send().
 #pragma once
 
 #include <netinet/in.h>
@@ -116,8 +124,14 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   HostLink(const HostLink&) = delete;
   HostLink& operator=(const HostLink&) = delete;
 
-  // The local path carries no TOS: devices of this host do not look at it.
+  // icrc false (the packet's ICRC field was not computed) only where
+  // needs_icrc(dst) said false; should the packet then go another way (the
+  // ring's receiver went away), it gets its ICRC here first.
   void send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos = 0, bool icrc = true) override;
+  // False for a destination whose ring's receiver takes packets without their
+  // ICRC (the shared memory between two processes of one user is no wire:
+  // docs/wire.md §1.1.1); true for everything else, the inner link's UDP included.
+  bool needs_icrc(in_addr dst) override;
   // The inner link's batch, then what waits for this device on the host path.
   bool drain() override;
   // The rings only: no system call (Link::poll_shared).
@@ -146,10 +160,11 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
     uint32_t since_check = 0;  // packets put since the connection was last looked at
     std::atomic<bool> dead{false};  // the progress thread saw the connection end
   };
-  // An accepted connection and the ring its sender passed over it.
+  // An accepted connection and the ring its sender passed over it (shared
+  // with the batches that point into it, which keep it mapped).
   struct Conn {
     int fd;
-    std::unique_ptr<HostRing> ring;
+    std::shared_ptr<HostRing> ring;
   };
   struct Entry {
     std::shared_ptr<Peer> peer;  // null: UDP, until retry_at
@@ -158,22 +173,39 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   struct Datagram {
     in_addr src;
     uint8_t tos;  // the sender's TOS byte, from the prefix
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> owned;  // the bytes, when copied (a connection's, the stash's)
+    const uint8_t* in_ring = nullptr;  // else the bytes in a held ring
+    size_t len = 0;
+    bool icrc_skipped = false;  // sent without its ICRC (IpFields::icrc_skipped)
+    std::span<const uint8_t> bytes() const {
+      return in_ring ? std::span<const uint8_t>(in_ring, len) : std::span<const uint8_t>(owned);
+    }
+  };
+  // Packets taken for delivery. in_place: ring records are left where they
+  // are, and their rings held (HostRing::hold) until delivered; else copied.
+  struct Batch {
+    explicit Batch(bool place) : in_place(place) {}
+    std::deque<Datagram> packets;
+    std::vector<std::shared_ptr<HostRing>> held;
+    bool in_place;
   };
 
   std::shared_ptr<Peer> peer_for(in_addr dst);
   void forget(in_addr dst, const std::shared_ptr<Peer>& peer);
   // One attempt through a peer: 1 sent, 0 dropped (counted), -1 the peer is gone.
-  int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos);
+  int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos,
+              bool icrc);
   int send_ring(Peer& peer, in_addr dst, std::span<const uint8_t> prefix, std::span<const uint8_t> packet);
+  // Whether a peer's receiver takes packets without their ICRC.
+  static bool takes_no_icrc(const Peer& peer);
   // Gives a new connection its ring (the first message); false: none.
   bool offer_ring(Peer& peer);
   // Waits for room in a peer's ring like wait_for_room; false when the time
   // ran out or the peer is gone (*gone).
   bool wait_for_ring(Peer& peer, Clock::time_point deadline, bool* gone);
   // Under rx_mu_: what waits in the rings, into `out`; garbled rings are dropped.
-  bool read_rings_locked(std::deque<Datagram>& out);
-  bool read_ring_locked(Conn& c, std::deque<Datagram>& out);
+  bool read_rings_locked(Batch& out);
+  bool read_ring_locked(Conn& c, Batch& out);
   void close_connection_locked(size_t i);
   // The progress thread's turn: drain, keep reading the rings for kSpin,
   // then arm them and sleep.
@@ -187,16 +219,17 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   // The progress thread, when a lease may have run out: serves what came.
   void check_lease();
   bool rings_pending();
-  void deliver(std::deque<Datagram>& batch);
+  // Hands a batch up, then lets go of the rings it held.
+  void deliver(Batch& batch);
   // Waits for room at the peer until `deadline`, taking this device's own
   // incoming packets into the stash meanwhile. False when the time ran out.
   bool wait_for_room(int peer_fd, Clock::time_point deadline);
   void pull_into_stash();
   // Under rx_mu_: accepts new connections and appends what waits on the
   // connections (at most kPerConnection each) to `out`. True if it did anything.
-  bool collect_locked(std::deque<Datagram>& out);
+  bool collect_locked(Batch& out);
   // Reads one connection; closes it at its end.
-  bool read_connection_locked(int conn, std::deque<Datagram>& out);
+  bool read_connection_locked(int conn, Batch& out);
 
   RealTimeScheduler& scheduler_;
   int fd_;
@@ -226,7 +259,7 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   std::atomic<bool> unserved_wake_{false};  // a wake-up was read before watch()  // a serve() for a wake-up another thread read is queued
   // When an application thread last polled the rings (Clock ticks since its epoch).
   std::atomic<Clock::duration::rep> app_poll_{0};  // some connection has a ring: poll_shared looks
-  std::deque<Datagram> stash_;
+  Batch stash_{false};
   std::atomic<bool> stash_pending_{false};
 
   // The wake-up lease (see the file comment): whether this link lends them

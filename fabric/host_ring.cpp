@@ -56,7 +56,7 @@ std::unique_ptr<HostRing> HostRing::create(int* fd, size_t data_bytes) {
   return ring;
 }
 
-std::unique_ptr<HostRing> HostRing::attach(int fd, std::string* why, size_t data_bytes) {
+std::unique_ptr<HostRing> HostRing::attach(int fd, std::string* why, size_t data_bytes, uint32_t features) {
   const size_t total = kHeaderBytes + data_bytes;
   struct stat st {};
   const int seals = ::fcntl(fd, F_GET_SEALS);
@@ -82,8 +82,8 @@ std::unique_ptr<HostRing> HostRing::attach(int fd, std::string* why, size_t data
   }
   // Start where the producer is now: it has written nothing yet unless it is
   // hostile, and then whatever it wrote is checked like everything else.
-  ring->tail_ = at(ring->base_, kTailAt).load(std::memory_order_acquire);
-  at(ring->base_, kAttachedAt).store(1, std::memory_order_release);
+  ring->tail_ = ring->read_ = at(ring->base_, kTailAt).load(std::memory_order_acquire);
+  at(ring->base_, kAttachedAt).store(1 | (uint64_t{features} << 1), std::memory_order_release);
   return ring;
 }
 
@@ -136,36 +136,57 @@ bool HostRing::take_wake(uint64_t now_ns) {
   return wake.exchange(0, std::memory_order_seq_cst) != 0;
 }
 
-bool HostRing::pending() const { return at(base_, kHeadAt).load(std::memory_order_acquire) != tail_; }
+uint32_t HostRing::features() const {
+  const uint64_t v = at(base_, kAttachedAt).load(std::memory_order_acquire);
+  return (v & 1) ? static_cast<uint32_t>(v >> 1) : 0;
+}
 
-int HostRing::take(std::vector<uint8_t>& out) {
+bool HostRing::pending() const { return at(base_, kHeadAt).load(std::memory_order_acquire) != read_; }
+
+int HostRing::next(std::span<const uint8_t>* rec) {
   for (;;) {
     const uint64_t head = at(base_, kHeadAt).load(std::memory_order_acquire);
-    if (head == tail_) return 0;
-    const uint64_t avail = head - tail_;
-    if (head < tail_ || avail > size_ || avail % 8 != 0 || avail < kRecordHeader) return -1;
-    const size_t pos = static_cast<size_t>(tail_ % size_);
+    if (head == read_) return 0;
+    const uint64_t avail = head - read_;
+    if (head < read_ || avail > size_ || avail % 8 != 0 || avail < kRecordHeader) return -1;
+    const size_t pos = static_cast<size_t>(read_ % size_);
     const uint8_t* data = base_ + kHeaderBytes;
     uint32_t len = 0;
     std::memcpy(&len, data + pos, sizeof len);  // read once: the peer may change it
     if (len == kWrap) {
       if (pos == 0 || size_ - pos > avail) return -1;
-      tail_ += size_ - pos;
-      at(base_, kTailAt).store(tail_, std::memory_order_release);
+      read_ += size_ - pos;
       continue;
     }
     const size_t need = kRecordHeader + round8(len);
     if (len > kMaxRecord || need > size_ - pos || need > avail) return -1;
-    out.assign(data + pos + kRecordHeader, data + pos + kRecordHeader + len);
-    tail_ += need;
-    at(base_, kTailAt).store(tail_, std::memory_order_release);
+    *rec = std::span<const uint8_t>(data + pos + kRecordHeader, len);
+    read_ += need;
     return 1;
   }
 }
 
+void HostRing::release() {
+  if (holds_ > 0 || tail_ == read_) return;
+  tail_ = read_;
+  at(base_, kTailAt).store(tail_, std::memory_order_release);
+}
+
+void HostRing::unhold() {
+  if (holds_ > 0 && --holds_ == 0) release();
+}
+
+int HostRing::take(std::vector<uint8_t>& out) {
+  std::span<const uint8_t> rec;
+  const int r = next(&rec);
+  if (r == 1) out.assign(rec.begin(), rec.end());
+  release();  // a wrap mark read before an empty ring is given back too
+  return r;
+}
+
 bool HostRing::arm() {
   at(base_, kWakeAt).store(1, std::memory_order_seq_cst);
-  return at(base_, kHeadAt).load(std::memory_order_seq_cst) != tail_;
+  return at(base_, kHeadAt).load(std::memory_order_seq_cst) != read_;
 }
 
 void HostRing::disarm() {
@@ -179,7 +200,7 @@ void HostRing::lease(uint64_t until_ns) { at(base_, kLeaseAt).store(until_ns, st
 
 bool HostRing::end_lease() {
   at(base_, kLeaseAt).store(0, std::memory_order_seq_cst);
-  return at(base_, kHeadAt).load(std::memory_order_seq_cst) != tail_;
+  return at(base_, kHeadAt).load(std::memory_order_seq_cst) != read_;
 }
 
 void HostRing::close() { at(base_, kClosedAt).store(1, std::memory_order_release); }

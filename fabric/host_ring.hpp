@@ -9,21 +9,27 @@
 // written, monotonic), `tail` (bytes the consumer has taken, monotonic) and
 // `need_wake` (set by a consumer about to sleep: the producer that takes it
 // down sends one wake-up), plus `closed` (the consumer is gone), `attached`
-// (the consumer has mapped it) and `lease` (on need_wake's line: until when,
-// in ns of the host's CLOCK_MONOTONIC, the consumer's application polls the
-// ring itself: a producer then leaves need_wake for later instead of waking
-// it; 0: none; a consumer that writes nonsense there only delays its own
-// wake-ups). A record is
-// a 32-bit length, 4 reserved bytes, then that many bytes, padded to 8; a
+// (the consumer has mapped it: bit 0, and above it the features its owner
+// takes, which the producer may use; consumers before features wrote 1) and
+// `lease` (on need_wake's line: until when, in ns of the host's
+// CLOCK_MONOTONIC, the consumer's application polls the ring itself: a
+// producer then leaves need_wake for later instead of waking it; 0: none; a
+// consumer that writes nonsense there only delays its own wake-ups). A
+// record is a 32-bit length, 4 reserved bytes, then that many bytes, padded to 8; a
 // record that does not fit before the end is preceded by a wrap mark (length
 // kWrap) and starts at offset 0. A record never exceeds kMaxRecord.
 //
 // The peer is another process, so nothing read from the mapping is trusted:
 // the consumer keeps its own tail, checks the head against it and every length
-// against the ring's bounds and kMaxRecord, copies a record out before anyone
-// parses it, and reports a ring that breaks these rules as garbled (its owner
-// then drops it). The file is sealed against shrinking before it is shared,
-// and the consumer refuses one that is not, so the mapping cannot fault.
+// against the ring's bounds and kMaxRecord, reads each length once, and
+// reports a ring that breaks these rules as garbled (its owner then drops it).
+// A record's bytes may be read in place (next()): its span is the consumer's
+// own, fixed when the length was read, so whatever the producer writes there
+// meanwhile changes what the bytes say, never where they are. Whoever reads
+// them in place reads each field it acts on once into its own memory (the
+// packet parser does: wire/packet.hpp) and treats the rest as data. The file
+// is sealed against shrinking before it is shared, and the consumer refuses
+// one that is not, so the mapping cannot fault.
 #pragma once
 
 #include <cstddef>
@@ -47,7 +53,10 @@ class HostRing {
   static std::unique_ptr<HostRing> create(int* fd, size_t data_bytes = kDataBytes);
   // Maps a ring received from a peer; takes no ownership of fd. Null and
   // *why set when the file is not a sealed file of the expected size.
-  static std::unique_ptr<HostRing> attach(int fd, std::string* why, size_t data_bytes = kDataBytes);
+  // `features` is what the consumer's owner takes (its meaning is the
+  // owner's: fabric/host_link.cpp), published for the producer.
+  static std::unique_ptr<HostRing> attach(int fd, std::string* why, size_t data_bytes = kDataBytes,
+                                          uint32_t features = 0);
   ~HostRing();
   HostRing(const HostRing&) = delete;
   HostRing& operator=(const HostRing&) = delete;
@@ -64,9 +73,24 @@ class HostRing {
   bool closed() const;
   // The consumer has mapped the ring (attach() says so in the header).
   bool attached() const;
+  // The features the consumer published at attach() (0 before; an advertisement
+  // only: a consumer that lies about them harms nobody but itself).
+  uint32_t features() const;
 
-  // Consumer. 1: one record copied into `out`; 0: empty; -1: garbled.
+  // Consumer. 1: one record copied into `out` (and released, unless held);
+  // 0: empty; -1: garbled.
   int take(std::vector<uint8_t>& out);
+  // The next record in place: 1 and *rec its bytes in the mapping, valid until
+  // it is released; 0: empty; -1: garbled. The producer may not reuse its room
+  // until release().
+  int next(std::span<const uint8_t>* rec);
+  // Gives the producer back the room of every record read so far, unless held.
+  void release();
+  // While held (counted), release() gives nothing back, so the records that
+  // were read in place stay where they are even if more are taken meanwhile;
+  // the last unhold() releases them all.
+  void hold() { ++holds_; }
+  void unhold();
   // Whether a record waits (no system call; a garbled head counts as one, so
   // that take() reports it).
   bool pending() const;
@@ -97,7 +121,9 @@ class HostRing {
   // Each side's own copy of its counter: the shared one is only published,
   // never read back (the peer may have written anything there).
   uint64_t head_ = 0;
-  uint64_t tail_ = 0;
+  uint64_t tail_ = 0;  // published: the producer may reuse what lies before it
+  uint64_t read_ = 0;  // the next record to read (read_ >= tail_)
+  int holds_ = 0;
 };
 
 }  // namespace softverbs::fabric

@@ -46,8 +46,8 @@ void LocalLink::send_unicast(in_addr dst, std::span<const uint8_t> packet, uint8
     peer->enqueue(addr_, packet, tos, icrc);
     return;
   }
-  // Never reached with icrc false: needs_icrc() said true for this address.
-  if (outside_) outside_->send(dst, packet, tos);
+  // With icrc false only where the outside link's needs_icrc() said so.
+  if (outside_) outside_->send(dst, packet, tos, icrc);
 }
 
 bool LocalLink::direct_ok(in_addr dst) {

@@ -62,9 +62,13 @@ class LocalLink final : public Link, private Receiver {
   std::string rx_state() override;
   // Only a unicast packet to a device of this process may leave its ICRC
   // uncomputed: multicast receivers find their group by the ICRC
-  // (emu/device/mcast.cpp), and sockets carry the bytes out of the process.
+  // (emu/device/mcast.cpp), and sockets carry the bytes out of the process;
+  // or one to a device of another process whose same-host ring takes it
+  // (the outside link says, fabric/host_link.hpp).
   bool needs_icrc(in_addr dst) override {
-    return IN_MULTICAST(ntohl(dst.s_addr)) || hub_.find(dst) == nullptr;
+    if (IN_MULTICAST(ntohl(dst.s_addr))) return true;
+    if (hub_.find(dst) != nullptr) return false;
+    return outside_ == nullptr || outside_->needs_icrc(dst);
   }
   // Unicast to another device of this process (not this one: its receive
   // lock may be the caller's own).

@@ -3,9 +3,9 @@
 
 namespace softverbs::fabric {
 
-void OutsideLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool /*icrc: always set here, see Link::needs_icrc*/) {
+void OutsideLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   scheduler_.note_outside();
-  inner_.send(dst, packet, tos);
+  inner_.send(dst, packet, tos, icrc);
 }
 
 void OutsideLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {

@@ -3,9 +3,13 @@
 
 #include <arpa/inet.h>
 
+#include <cstring>
+#include <vector>
+
 #include "core/trace.hpp"
 #include "fabric/trace_packet.hpp"
 #include "wire/headers.hpp"
+#include "wire/icrc.hpp"
 
 namespace softverbs::fabric {
 namespace {
@@ -47,8 +51,24 @@ bool TapLink::send_direct(in_addr dst, const wire::PacketView& view) {
 }
 
 void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
-  const uint64_t frame =
-      pcap_ && !(hub_ && hub_->find(src)) ? pcap_->write(clock_, src, self_, sport, packet, ip.tos) : 0;
+  uint64_t frame = 0;
+  if (pcap_ && !(hub_ && hub_->find(src))) {
+    if (ip.icrc_skipped) {
+      // From a process of this host whose ring carried it without its ICRC
+      // (fabric/host_link.hpp): the capture shows the ICRC it stands for, as
+      // a capture on the sender's side would have.
+      std::vector<uint8_t> bytes(packet.begin(), packet.end());
+      wire::Ipv4Flow flow;
+      std::memcpy(flow.saddr.data(), &src.s_addr, 4);
+      std::memcpy(flow.daddr.data(), &self_.s_addr, 4);
+      flow.sport = sport;
+      flow.dport = wire::kRoceV2UdpPort;
+      wire::write_icrc(wire::IcrcFlow{flow}, bytes);
+      frame = pcap_->write(clock_, src, self_, sport, bytes, ip.tos);
+    } else {
+      frame = pcap_->write(clock_, src, self_, sport, packet, ip.tos);
+    }
+  }
   if (trace::on()) trace::set_pending({nullptr, "none", frame});  // for the fault layer's "rx" record
   up_->receive(src, sport, packet, ip);
 }

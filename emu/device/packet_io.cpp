@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <vector>
 
 #include "emu/objects/objects.hpp"
 #include "emu/device/gsi.hpp"
@@ -137,7 +138,13 @@ void Device::deliver(in_addr src, const wire::PacketView& pkt) {
   if (pkt.bth.dest_qp == wire::kMulticastQpn) return deliver_mcast(src, pkt);
   if (pkt.bth.dest_qp == wire::cm::kGsiQpn) {
     if (GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire)) {
-      agent->receive_gsi(*this, src, pkt);
+      // A MAD's fields steer the connection manager, and the packet may lie
+      // in memory its sender can still write (fabric/host_ring.hpp): the
+      // agent reads a private copy.
+      std::vector<uint8_t> mad(pkt.payload.begin(), pkt.payload.end());
+      wire::PacketView own = pkt;
+      own.payload = mad;
+      agent->receive_gsi(*this, src, own);
       return;
     }
   }
@@ -178,7 +185,11 @@ void Device::count_direct_rx(const wire::PacketView& pkt) {
 
 bool Device::forge_reject(in_addr src, const wire::PacketView& pkt, uint16_t reason) {
   GsiAgent* agent = gsi_agent_.load(std::memory_order_acquire);
-  return agent && pkt.bth.dest_qp == wire::cm::kGsiQpn && agent->reject_gsi(*this, src, pkt, reason);
+  if (!agent || pkt.bth.dest_qp != wire::cm::kGsiQpn) return false;
+  std::vector<uint8_t> mad(pkt.payload.begin(), pkt.payload.end());  // a private copy, as in deliver()
+  wire::PacketView own = pkt;
+  own.payload = mad;
+  return agent->reject_gsi(*this, src, own, reason);
 }
 
 bool Device::forge_nak(const wire::PacketView& pkt, uint8_t syndrome) {

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <condition_variable>
 #include <chrono>
 #include <deque>
@@ -23,6 +25,7 @@
 #include "tests/unit/fake_time.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
+#include "wire/pcap.hpp"
 
 namespace softverbs::fabric {
 namespace {
@@ -275,6 +278,8 @@ class FakeLink final : public Link {
   void watch() override { ++watches; }
   void inject(in_addr src, uint16_t sport, std::span<const uint8_t> p) override { up->receive(src, sport, p); }
   std::string rx_state() override { return "fake"; }
+  // As a same-host link with a ring to `no_icrc_for` says (fabric/host_link.hpp).
+  bool needs_icrc(in_addr dst) override { return dst.s_addr != no_icrc_for.s_addr; }
   std::vector<uint32_t> sent_psns() const {
     std::vector<uint32_t> v;
     for (const auto& r : sent) v.push_back(psn_of(r.bytes));
@@ -284,6 +289,7 @@ class FakeLink final : public Link {
   Receiver* up = nullptr;
   std::vector<Received> sent, arriving;
   int watches = 0;
+  in_addr no_icrc_for{};
 };
 
 // Fires the queued decisions, one per packet, then nothing.
@@ -382,6 +388,25 @@ TEST(LocalLink, SaysWhereTheIcrcIsNeededAndCarriesItsAbsence) {
   ASSERT_EQ(rb.got.size(), 2u);
   EXPECT_TRUE(rb.got[0].ip.icrc_skipped);
   EXPECT_FALSE(rb.got[1].ip.icrc_skipped);
+}
+
+// Beyond this process, the outside link says where the ICRC may be left out
+// (a same-host ring that takes it), and gets the packet marked so.
+TEST(LocalLink, AsksTheOutsideLinkAboutOtherDestinations) {
+  ManualClock clock;
+  ManualScheduler s{clock};
+  LocalHub hub;
+  FakeLink outside;
+  outside.no_icrc_for = addr("127.0.9.8");
+  LocalLink a(hub, addr("127.0.1.1"), s, &outside);
+  RecordingReceiver ra;
+  a.attach(ra);
+  EXPECT_FALSE(a.needs_icrc(addr("127.0.9.8")));
+  EXPECT_TRUE(a.needs_icrc(addr("127.0.9.9")));
+  EXPECT_TRUE(a.needs_icrc(addr("239.1.2.3")));  // multicast, whatever the outside link says
+  a.send(addr("127.0.9.8"), packet(5), 0, false);
+  ASSERT_EQ(outside.sent.size(), 1u);
+  EXPECT_TRUE(outside.sent[0].ip.icrc_skipped);
 }
 
 struct FaultyFixture : ::testing::Test {
@@ -564,6 +589,50 @@ TEST(TapLink, CountsWhatGoesOut) {
   EXPECT_EQ(counters.tx_packets, 1u);
   EXPECT_EQ(inner.sent.size(), 1u);
   EXPECT_EQ(up.psns(), (std::vector<uint32_t>{2}));
+}
+
+// A packet from another process that came without its ICRC (a same-host
+// ring) is captured with the ICRC it stands for, which a capture shows.
+TEST(TapLink, CapturesAReceivedPacketWithTheIcrcItsSenderLeftOut) {
+  char path[] = "/tmp/softverbs-tap-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  ManualClock clock;
+  FakeLink inner;
+  LinkCounters counters;
+  const in_addr self = addr("127.0.1.1"), from = addr("127.0.9.9");
+  {
+    wire::PcapWriter pcap(path);
+    ASSERT_TRUE(pcap.ok());
+    TapLink tap(inner, self, counters, clock, &pcap, nullptr);
+    RecordingReceiver up;
+    tap.attach(up);
+    wire::IpFields skipped;
+    skipped.icrc_skipped = true;
+    inner.arriving.push_back({from, 4791, packet(3), skipped});
+    EXPECT_TRUE(tap.drain());
+    ASSERT_EQ(up.got.size(), 1u);
+    EXPECT_EQ(up.got[0].bytes, packet(3));  // the receiver gets the packet as it came
+    EXPECT_TRUE(up.got[0].ip.icrc_skipped);
+  }
+  std::FILE* f = std::fopen(path, "rb");
+  ASSERT_NE(f, nullptr);
+  Bytes file(1 << 16);
+  file.resize(std::fread(file.data(), 1, file.size(), f));
+  std::fclose(f);
+  ::unlink(path);
+  // The one frame ends with the packet: its last bytes in the file.
+  const size_t n = packet(3).size();
+  ASSERT_GT(file.size(), n);
+  const std::span<const uint8_t> captured(file.data() + file.size() - n, n);
+  wire::Ipv4Flow flow;
+  std::memcpy(flow.saddr.data(), &from.s_addr, 4);
+  std::memcpy(flow.daddr.data(), &self.s_addr, 4);
+  flow.sport = 4791;
+  wire::PacketView v;
+  EXPECT_EQ(wire::parse(captured, v, wire::IcrcFlow{flow}), wire::ParseError::ok);
+  EXPECT_EQ(v.bth.psn, 3u);
 }
 
 }  // namespace

@@ -4,8 +4,9 @@
 // receiver's queue arriving complete, the bounded wait turning into a counted
 // drop when the receiver never reads, and two links that fill each other's
 // queues finishing without a drop; the shared-memory rings: the socket mode
-// alongside, a sleeping receiver woken through its connection, a polling one
-// not woken (the lease) and served after its lease, and a hostile
+// alongside, packets without their ICRC on a ring (and given one on any other
+// way), a sleeping receiver woken through its connection, a polling one not
+// woken (the lease) and served after its lease, and a hostile
 // sender's ring costing that sender its connection, not the receiver.
 #include <gtest/gtest.h>
 
@@ -58,6 +59,17 @@ Bytes packet(uint32_t psn, size_t payload = 8) {
   return out;
 }
 
+// Whether p's ICRC holds for a packet from `from` to `to` as devices send it
+// (emu::Device::flow: ID 0, DF, port 4791 both ways).
+bool icrc_holds(std::span<const uint8_t> p, in_addr from, in_addr to) {
+  wire::Ipv4Flow flow;
+  std::memcpy(flow.saddr.data(), &from.s_addr, 4);
+  std::memcpy(flow.daddr.data(), &to.s_addr, 4);
+  flow.sport = wire::kRoceV2UdpPort;
+  wire::PacketView v;
+  return wire::parse(p, v, wire::IcrcFlow{flow}) == wire::ParseError::ok;
+}
+
 uint32_t psn_of(std::span<const uint8_t> p) {
   wire::PacketView v;
   EXPECT_EQ(wire::parse(p, v), wire::ParseError::ok);
@@ -93,9 +105,10 @@ class Collector final : public Receiver {
 class UdpStandIn final : public Link {
  public:
   void attach(Receiver& r) override { up = &r; }
-  void send(in_addr dst, std::span<const uint8_t>, uint8_t = 0, bool = true) override {
+  void send(in_addr dst, std::span<const uint8_t> p, uint8_t = 0, bool = true) override {
     std::lock_guard lock(mu);
     sent.push_back(dst.s_addr);
+    last.assign(p.begin(), p.end());
   }
   bool drain() override { return false; }
   void watch() override {}
@@ -103,6 +116,7 @@ class UdpStandIn final : public Link {
   std::string rx_state() override { return "udp"; }
   std::mutex mu;
   std::vector<in_addr_t> sent;
+  Bytes last;
   Receiver* up = nullptr;
 };
 
@@ -303,6 +317,47 @@ TEST(HostLink, TheSocketModeDeliversInOrderToo) {
   ASSERT_EQ(b.rx.count(), 500u);
   for (uint32_t i = 0; i < 500; ++i) ASSERT_EQ(b.rx.psns[i], i);
   EXPECT_NE(b.link->rx_state().find("0 rings"), std::string::npos) << b.link->rx_state();
+}
+
+// A ring's receiver takes packets without their ICRC: once it has taken the
+// ring up, the sender is told it need not compute one, and such a packet
+// arrives marked so; one with its ICRC arrives as before.
+TEST(HostLink, ARingCarriesPacketsWithoutTheirIcrc) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  EXPECT_TRUE(a.link->needs_icrc(b.addr));  // no connection yet
+  a.link->send(b.addr, packet(1));
+  b.drain_until(1);  // takes the ring up
+  EXPECT_FALSE(a.link->needs_icrc(b.addr));
+  EXPECT_TRUE(a.link->needs_icrc(test_addr(5)));  // nobody there: UDP
+  a.link->send(b.addr, packet(2), 0, false);
+  a.link->send(b.addr, packet(3), 0, true);
+  b.drain_until(3);
+  ASSERT_EQ(b.rx.count(), 3u);
+  EXPECT_EQ(b.rx.psns, (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_FALSE(b.rx.ips[0].icrc_skipped);
+  EXPECT_TRUE(b.rx.ips[1].icrc_skipped);
+  EXPECT_FALSE(b.rx.ips[2].icrc_skipped);
+  EXPECT_TRUE(a.udp.sent.empty());
+}
+
+// A packet whose ICRC was left uncomputed but that goes a way that needs one
+// (the socket mode's connection, UDP) gets it on the way out.
+TEST(HostLink, APacketWithoutIcrcGetsItOnAnyOtherWay) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s, false), b(s, 2, 30s);
+  a.link->send(b.addr, packet(1));
+  b.drain_until(1);
+  EXPECT_TRUE(a.link->needs_icrc(b.addr));  // no ring: the connection
+  a.link->send(b.addr, packet(2, 100), 0, false);
+  b.drain_until(2);
+  ASSERT_EQ(b.rx.count(), 2u);
+  EXPECT_FALSE(b.rx.ips[1].icrc_skipped);
+  EXPECT_TRUE(icrc_holds(b.rx.last, a.addr, b.addr));
+  const in_addr nobody = test_addr(6);
+  a.link->send(nobody, packet(3, 100), 0, false);
+  ASSERT_EQ(a.udp.sent.size(), 1u);
+  EXPECT_TRUE(icrc_holds(a.udp.last, a.addr, nobody));
 }
 
 // A receiver whose progress thread sleeps is woken by the first packet in its

@@ -1,9 +1,10 @@
 // HostRing (fabric/host_ring.hpp), the shared-memory packet ring of the
 // same-host path: records of every size wrap around the end in order, a full
-// ring refuses until the consumer takes, the wake-up handshake and the lease
-// that holds it back, and a
-// consumer that survives whatever a hostile producer writes into the shared
-// mapping or passes as the ring's file.
+// ring refuses until the consumer takes, records read in place keep their
+// room until released, the consumer's published features, the wake-up
+// handshake and the lease that holds it back, and a consumer that survives
+// whatever a hostile producer writes into the shared mapping or passes as the
+// ring's file.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -87,6 +89,60 @@ TEST(HostRing, AFullRingRefusesUntilTheConsumerTakes) {
   EXPECT_FALSE(p.producer->put(Bytes(HostRing::kMaxRecord + 1), {}));
 }
 
+// Records read in place (next) keep their room while the ring is held, even
+// when later records are taken (copied) meanwhile; the last unhold gives it all
+// back. Without a hold, release() gives back what was read.
+TEST(HostRing, RecordsReadInPlaceKeepTheirRoomUntilReleased) {
+  Pair p;
+  for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(p.producer->put(record(i, 1000), {}));
+  ASSERT_FALSE(p.producer->put(record(9, 1000), {}));  // full
+  p.consumer->hold();
+  std::span<const uint8_t> first, second;
+  ASSERT_EQ(p.consumer->next(&first), 1);
+  ASSERT_EQ(p.consumer->next(&second), 1);
+  Bytes out;
+  ASSERT_EQ(p.consumer->take(out), 1);  // a copy of the third, while the first two are in use
+  EXPECT_EQ(out, record(2, 1000));
+  p.consumer->release();
+  EXPECT_FALSE(p.producer->put(record(9, 1000), {}));  // held: no room came back
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), record(0, 1000).begin()));
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), record(1, 1000).begin()));
+  EXPECT_EQ(first.size(), 1000u);
+  p.consumer->unhold();
+  for (uint32_t i = 4; i < 7; ++i) EXPECT_TRUE(p.producer->put(record(i, 1000), {})) << i;  // three records' room
+  EXPECT_FALSE(p.producer->put(record(9, 1000), {}));
+  std::span<const uint8_t> rec;
+  ASSERT_EQ(p.consumer->next(&rec), 1);  // the fourth, then the three new ones (wrapping)
+  EXPECT_TRUE(std::equal(rec.begin(), rec.end(), record(3, 1000).begin()));
+  p.consumer->release();
+  for (uint32_t i = 4; i < 7; ++i) {
+    ASSERT_EQ(p.consumer->next(&rec), 1);
+    EXPECT_TRUE(std::equal(rec.begin(), rec.end(), record(i, 1000).begin())) << i;
+  }
+  EXPECT_EQ(p.consumer->next(&rec), 0);
+  EXPECT_FALSE(p.consumer->pending());
+  p.consumer->release();
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(p.producer->put(record(i, 1000), {})) << i;
+}
+
+// What the consumer's owner takes is published at attach for the producer.
+TEST(HostRing, FeaturesArePublishedAtAttach) {
+  int fd = -1;
+  auto producer = HostRing::create(&fd, kSmall);
+  ASSERT_TRUE(producer);
+  EXPECT_FALSE(producer->attached());
+  EXPECT_EQ(producer->features(), 0u);
+  std::string why;
+  auto consumer = HostRing::attach(fd, &why, kSmall, 5);
+  ASSERT_TRUE(consumer) << why;
+  EXPECT_TRUE(producer->attached());
+  EXPECT_EQ(producer->features(), 5u);
+  ::close(fd);
+  Pair plain;  // a consumer that takes nothing extra
+  EXPECT_TRUE(plain.producer->attached());
+  EXPECT_EQ(plain.producer->features(), 0u);
+}
+
 TEST(HostRing, OneWakeUpPerSleep) {
   Pair p;
   EXPECT_FALSE(p.consumer->arm());  // empty: it may sleep
@@ -146,7 +202,8 @@ TEST(HostRing, AttachRefusesAFileThatIsNotASealedRing) {
 }
 
 // Whatever the producer writes into the mapping, the consumer reports a
-// garbled ring or takes records within bounds; it never reads outside.
+// garbled ring or takes records within bounds, copied or in place; it never
+// reads outside.
 TEST(HostRing, HostileContentsNeverCrashTheConsumer) {
   std::mt19937_64 rng(42);
   Bytes out;
@@ -172,7 +229,22 @@ TEST(HostRing, HostileContentsNeverCrashTheConsumer) {
         break;
     }
     int r = 0;
-    for (int i = 0; i < 100 && (r = p.consumer->take(out)) == 1; ++i) ASSERT_LE(out.size(), HostRing::kMaxRecord);
+    if (round % 2) {
+      for (int i = 0; i < 100 && (r = p.consumer->take(out)) == 1; ++i) ASSERT_LE(out.size(), HostRing::kMaxRecord);
+    } else {
+      // In place: every span lies within the ring's data, and reading it is safe.
+      const uint8_t* begin = raw.data() + HostRing::kHeaderBytes;
+      const uint8_t* end = raw.data() + raw.size();
+      std::span<const uint8_t> rec;
+      uint64_t sum = 0;
+      for (int i = 0; i < 100 && (r = p.consumer->next(&rec)) == 1; ++i) {
+        ASSERT_LE(rec.size(), HostRing::kMaxRecord);
+        ASSERT_TRUE(rec.data() >= begin && rec.data() + rec.size() <= end);
+        for (uint8_t b : rec) sum += b;
+      }
+      p.consumer->release();
+      (void)sum;
+    }
     EXPECT_GE(r, -1);
   }
 }
