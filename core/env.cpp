@@ -68,6 +68,9 @@ constexpr std::array kTable = {
              "simulated fabric between the devices of the process: a TOML file of nodes and links (latency, "
              "bandwidth, loss, MTU)",
              "unset: devices of the process reach each other at once, without loss", kLibrary, false},
+    Variable{Var::kAdaptiveRetransmit, "SOFTVERBS_ADAPTIVE_RETRANSMIT",
+             "early resends timed from the measured round trip, before the local ACK timeout (1/on or 0/off)",
+             "on (as ConnectX's adaptive retransmission)", kLibrary, false},
 };
 
 // kTable is indexed by Var.

@@ -39,6 +39,7 @@ enum class Var {
   kClock,
   kPersonality,
   kTopology,
+  kAdaptiveRetransmit,
 };
 
 struct Variable {
@@ -80,5 +81,6 @@ inline const char* post_before_rts() noexcept { return raw(Var::kPostBeforeRts);
 inline const char* clock() noexcept { return raw(Var::kClock); }
 inline const char* personality() noexcept { return raw(Var::kPersonality); }
 inline const char* topology() noexcept { return raw(Var::kTopology); }
+inline const char* adaptive_retransmit() noexcept { return raw(Var::kAdaptiveRetransmit); }
 
 }  // namespace softverbs::env

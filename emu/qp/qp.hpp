@@ -24,6 +24,7 @@
 #include "emu/qp/completer.hpp"
 #include "emu/qp/requester.hpp"
 #include "emu/qp/responder.hpp"
+#include "emu/qp/retransmit.hpp"
 #include "emu/qp/wq.hpp"
 #include "emu/qp/wr_batch.hpp"
 #include "wire/packet.hpp"
@@ -189,6 +190,14 @@ class Qp {
   void release_held_error_locked();
   void arm_timer_locked();
   void on_timer();
+  // The repair timer of adaptive retransmission (retransmit.cpp): armed from
+  // arm_timer_locked's clock reading, fired from on_timer.
+  void arm_repair_locked(Clock::time_point now, Clock::duration ack_timeout);
+  void repair_locked(Clock::time_point now);
+  // A sign of loss (a sequence NAK, a read-response gap): a loss episode starts.
+  void note_loss_locked();
+  // When the QP's timer must fire next for the local ACK or the repair timeout.
+  Clock::time_point next_timer_locked() const;
   // The trace's timer records (core/trace.hpp): which timer is armed now.
   void trace_timer_locked(std::string_view which, std::string_view what, Clock::duration in = {});
   // wire
@@ -363,6 +372,10 @@ class Qp {
   // The trace has recorded an ACK timeout as armed and not yet as fired or
   // cancelled (the timer itself is re-armed lazily, so this is the trace's view).
   bool trace_ack_armed_ = false;
+  // Adaptive retransmission (retransmit.hpp): on for this connection (the
+  // process's SOFTVERBS_ADAPTIVE_RETRANSMIT at RTS), and its state.
+  bool adaptive_retx_ = false;
+  AdaptiveRetransmit retx_;
 
   // ---- per-role state ------------------------------------------------------
   RequesterState req_;
