@@ -372,15 +372,16 @@ class Qp {
   // The trace has recorded an ACK timeout as armed and not yet as fired or
   // cancelled (the timer itself is re-armed lazily, so this is the trace's view).
   bool trace_ack_armed_ = false;
-  // Adaptive retransmission (retransmit.hpp): on for this connection (the
-  // process's SOFTVERBS_ADAPTIVE_RETRANSMIT at RTS), and its state.
-  bool adaptive_retx_ = false;
-  AdaptiveRetransmit retx_;
 
   // ---- per-role state ------------------------------------------------------
   RequesterState req_;
   CompleterState comp_;
   ResponderState resp_;
+  // Adaptive retransmission (retransmit.hpp): on for this connection (the
+  // process's SOFTVERBS_ADAPTIVE_RETRANSMIT at RTS), and its state. Last, so
+  // that the per-packet state above keeps its place in the cache lines.
+  bool adaptive_retx_ = false;
+  AdaptiveRetransmit retx_;
 };
 
 // Makes a constructed QP live: its QP number on the device and its object number

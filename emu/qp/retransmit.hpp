@@ -2,7 +2,7 @@
 // "Recovery from loss"): the requester's measured round trip and the short
 // repair timer it times. After ConnectX's adaptive retransmission ("lossy RoCE
 // accelerations"): a requester that has heard from its peer since its last local
-// ACK timeout and has seen loss in the last seconds, and then gets no progress
+// ACK timeout and has seen loss in the last 0.25 s, and then gets no progress
 // for a few round trips, resends from the oldest unacknowledged PSN without
 // waiting for the configured local ACK timeout, and doubles the wait each time,
 // up to that timeout. The local ACK
@@ -49,7 +49,7 @@ class AdaptiveRetransmit {
   // running. Outside such a loss episode it runs no timer but the local ACK
   // one, so that connections without loss, thousands of them at once, pay
   // nothing for it (a timer due every round trip of each QP would).
-  static constexpr duration kLossEpisode = std::chrono::seconds(2);
+  static constexpr duration kLossEpisode = std::chrono::milliseconds(250);
 
   // A packet went out with this PSN at `at`: timed, unless another one is.
   void probe(uint32_t psn, time_point at) {
