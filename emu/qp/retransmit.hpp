@@ -2,13 +2,12 @@
 // "Recovery from loss"): the requester's measured round trip and the short
 // repair timer it times. After ConnectX's adaptive retransmission ("lossy RoCE
 // accelerations"): a requester that has heard from its peer since its last local
-// ACK timeout and has seen loss in the last 0.25 s, and then gets no progress
-// for a few round trips, resends from the oldest unacknowledged PSN without
-// waiting for the configured local ACK timeout, and doubles the wait each time,
-// up to that timeout. The local ACK
-// timeout and its retry_cnt accounting (IBTA 9.7.6.1.3, Qp::on_timer) are
-// untouched: these early resends never count against retry_cnt and never move
-// the local ACK deadline.
+// ACK timeout and has seen loss in the last 0.25 s (kLossEpisode), and then gets
+// no response for a few round trips, resends from the oldest unacknowledged PSN
+// without waiting for the configured local ACK timeout, and doubles the wait
+// each time, up to that timeout. The local ACK timeout and its retry_cnt
+// accounting (IBTA 9.7.6.1.3, Qp::on_timer) are untouched: these early resends
+// never count against retry_cnt and never move the local ACK deadline.
 //
 // Why: a responder sends one sequence NAK per gap and then drops the packets
 // that follow without an answer until the expected PSN arrives (IBTA
