@@ -71,6 +71,9 @@ constexpr std::array kTable = {
     Variable{Var::kProgressSlice, "SOFTVERBS_PROGRESS_SLICE",
              "scheduler slice the progress thread asks Linux for, in microseconds (100-100000; 0: the kernel's)",
              "0 (the kernel's slice)", kLibrary, false},
+    Variable{Var::kAdaptiveRetransmit, "SOFTVERBS_ADAPTIVE_RETRANSMIT",
+             "early resends timed from the measured round trip, before the local ACK timeout (1/on or 0/off)",
+             "on (as ConnectX's adaptive retransmission)", kLibrary, false},
 };
 
 // kTable is indexed by Var.

@@ -40,6 +40,7 @@ enum class Var {
   kPersonality,
   kTopology,
   kProgressSlice,
+  kAdaptiveRetransmit,
 };
 
 struct Variable {
@@ -82,5 +83,6 @@ inline const char* clock() noexcept { return raw(Var::kClock); }
 inline const char* personality() noexcept { return raw(Var::kPersonality); }
 inline const char* topology() noexcept { return raw(Var::kTopology); }
 inline const char* progress_slice() noexcept { return raw(Var::kProgressSlice); }
+inline const char* adaptive_retransmit() noexcept { return raw(Var::kAdaptiveRetransmit); }
 
 }  // namespace softverbs::env

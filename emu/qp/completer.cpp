@@ -256,7 +256,11 @@ void Qp::completer_locked(const PacketView& pkt) {
 
 CompStep Qp::comp_get_ack_locked(CompContext&) {
   // Only a reliable connection has responses.
-  return requester_reliable() ? CompStep::check_psn : CompStep::done;
+  if (!requester_reliable()) return CompStep::done;
+  // Any response, a duplicate too, says the peer answers (retransmit.hpp).
+  retx_.answered = true;
+  ++retx_.responses;
+  return CompStep::check_psn;
 }
 
 CompStep Qp::comp_check_psn_locked(CompContext& c) {
@@ -363,6 +367,7 @@ CompStep Qp::comp_seq_nak_locked(CompContext& c) {
   const uint32_t psn = c.pkt.bth.psn;
   device().counters().naks_received.fetch_add(1, std::memory_order_relaxed);
   device().counters().seq_naks_received.fetch_add(1, std::memory_order_relaxed);
+  note_loss_locked();
   // A sequence NAK past a read or atomic still waiting for its response
   // says the responder executed it: the response was lost (again). Ask
   // for it again with every such NAK, not only the first time its gap was
@@ -407,6 +412,7 @@ CompStep Qp::comp_read_resp_locked(CompContext& c) {
     // Once per gap: the responses after the missing one are all dropped.
     if (psn_gt(psn, comp_.unacked_psn) && comp_.gap_rewind_psn != comp_.unacked_psn) {
       comp_.gap_rewind_psn = comp_.unacked_psn;
+      note_loss_locked();
       retransmit_from_locked(comp_.unacked_psn);
     }
     return CompStep::update;
@@ -496,7 +502,14 @@ CompStep Qp::comp_update_locked(CompContext& c) {
   // An acknowledgement past the retry's resend point: resume sending after it.
   if (psn_gt(comp_.unacked_psn, req_.psn)) retransmit_from_locked(comp_.unacked_psn);
   retire_acked_locked();
-  arm_timer_locked();
+  // Everything acknowledged: the timer stops now (no clock read). Otherwise
+  // the requester_locked that follows every response re-arms it, after the
+  // packets this response lets it send: one clock read for both, at the same
+  // moment as far as any timeout can tell.
+  if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting)
+    arm_timer_locked();
+  else
+    comp_.rearm = true;
   return CompStep::done;
 }
 

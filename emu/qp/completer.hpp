@@ -24,6 +24,10 @@ struct CompleterState {
   // Send queue position (WorkQueue::head_position) up to which every WQE is
   // acknowledged: where Qp::first_unacked_locked resumes its search.
   uint64_t acked_end = 0;
+  // A response asked for the local ACK timer to be re-armed: the requester_locked
+  // that follows every response (Qp::receive_locked) does it, once for the
+  // response and the packets it lets go out (one clock read).
+  bool rearm = false;
 };
 
 // What the completer does next with a response. Qp::completer_locked runs one

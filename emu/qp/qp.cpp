@@ -285,6 +285,9 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
     comp_.retry_left = attr_.retry_cnt;
     comp_.rnr_retry_left = attr_.rnr_retry;
     req_.rnr_waiting = false;
+    retx_ = AdaptiveRetransmit{};  // a new connection: no round trip measured yet
+    retx_.sent_mark = req_.sent_end_psn;
+    adaptive_retx_ = adaptive_retransmit_enabled();
     if (!timer_ && requester_reliable()) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
     requester_locked();
   } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {

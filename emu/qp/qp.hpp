@@ -25,6 +25,7 @@
 #include "emu/qp/completer.hpp"
 #include "emu/qp/requester.hpp"
 #include "emu/qp/responder.hpp"
+#include "emu/qp/retransmit.hpp"
 #include "emu/qp/wq.hpp"
 #include "emu/qp/wr_batch.hpp"
 #include "wire/packet.hpp"
@@ -190,6 +191,14 @@ class Qp {
   void release_held_error_locked();
   void arm_timer_locked();
   void on_timer();
+  // The repair timer of adaptive retransmission (retransmit.cpp): armed from
+  // arm_timer_locked's clock reading, fired from on_timer.
+  void arm_repair_locked(Clock::time_point now, Clock::duration ack_timeout);
+  void repair_locked(Clock::time_point now);
+  // A sign of loss (a sequence NAK, a read-response gap): a loss episode starts.
+  void note_loss_locked();
+  // When the QP's timer must fire next for the local ACK or the repair timeout.
+  Clock::time_point next_timer_locked() const;
   // The trace's timer records (core/trace.hpp): which timer is armed now.
   void trace_timer_locked(std::string_view which, std::string_view what, Clock::duration in = {});
   // wire
@@ -376,6 +385,11 @@ class Qp {
   RequesterState req_;
   CompleterState comp_;
   ResponderState resp_;
+  // Adaptive retransmission (retransmit.hpp): on for this connection (the
+  // process's SOFTVERBS_ADAPTIVE_RETRANSMIT at RTS), and its state. Last, so
+  // that the per-packet state above keeps its place in the cache lines.
+  bool adaptive_retx_ = false;
+  AdaptiveRetransmit retx_;
 };
 
 // Makes a constructed QP live: its QP number on the device and its object number

@@ -104,21 +104,30 @@ void Qp::arm_timer_locked() {
   // high-water mark must include them, or a packet sent just after everything
   // before it was acknowledged gets no timer.
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
+  comp_.rearm = false;
   if (!timer_) return;
   if (comp_.unacked_psn == req_.sent_end_psn && !req_.rnr_waiting) {
     if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");  // everything is acknowledged
+    retx_.armed = false;
+    // The timed packet is acknowledged with everything else: its round trip is
+    // the one sample that costs a clock reading of its own, taken once the
+    // connection has seen loss.
+    if (retx_.probing() && retx_.lossy()) retx_.sample(device().clock().now());
     return;
   }
   auto now = device().clock().now();
   if (req_.rnr_waiting) {
+    retx_.armed = false;
     timer_->arm_at(rnr_until_);
     return;
   }
   if (attr_.timeout == 0) return;  // 0: wait forever (IBTA 9.7.6.1.3)
   // 4.096 us * 2^timeout
   auto t = std::chrono::nanoseconds(static_cast<int64_t>(4096) << attr_.timeout);
-  deadline_ = now + std::max<std::chrono::steady_clock::duration>(t, kMinAckTimeout);
-  timer_->arm_at(deadline_);
+  const Clock::duration timeout = std::max<Clock::duration>(t, kMinAckTimeout);
+  deadline_ = now + timeout;
+  arm_repair_locked(now, timeout);
+  timer_->arm_at(next_timer_locked());
   if (!trace_ack_armed_ && trace::on()) trace_timer_locked("ack_timeout", "armed", deadline_ - now);
 }
 
@@ -147,9 +156,10 @@ void Qp::requester_locked() {
     while (req_.tx_offset > 0 && send_next_packet_locked()) sent = true;
   }
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
-  // The local ACK timeout runs from the last packet sent: armed once per burst,
-  // which is one clock read, not one per packet.
-  if (sent && requester_reliable()) arm_timer_locked();
+  // The local ACK timeout runs from the last packet sent or response taken
+  // (comp_.rearm): armed once per burst, after the response that let it go
+  // out, which is one clock read, not one per packet or response.
+  if ((sent || comp_.rearm) && requester_reliable()) arm_timer_locked();
   // Answers that came back through the inbox meanwhile (direct deliveries).
   drain_direct_locked();
 }
@@ -427,7 +437,10 @@ void Qp::retransmit_from_locked(uint32_t psn) {
     req_.tx_index = i;
     req_.tx_offset = offset;
     req_.psn = psn;
-    if (back) device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
+    if (back) {
+      device().counters().retransmits.fetch_add(1, std::memory_order_relaxed);
+      retx_.cancel_probe();  // Karn's rule: no round trip from a resent PSN
+    }
     return;
   }
   // Every request is acknowledged up to psn: sending resumes after them.
@@ -448,9 +461,21 @@ void Qp::on_timer() {
   {
     std::lock_guard lock(mu_);
     const bool sending = attr_.qp_state == IBV_QPS_RTS || attr_.qp_state == IBV_QPS_SQD;
-    if (!error_pending_ && sending && !req_.rnr_waiting && comp_.unacked_psn == req_.sent_end_psn) {
-      if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
-      return;
+    if (!error_pending_ && sending && !req_.rnr_waiting) {
+      if (comp_.unacked_psn == req_.sent_end_psn) {
+        if (trace_ack_armed_) trace_timer_locked("ack_timeout", "cancelled");
+        return;
+      }
+      // Nothing due: the deadlines moved on since the timer was armed (every
+      // burst and response moves them, and the timer is only ever armed
+      // earlier). Armed again, without draining the device either.
+      if (attr_.timeout != 0) {
+        const Clock::time_point next = next_timer_locked();
+        if (device().clock().now() < next) {
+          timer_->arm_at(next);
+          return;
+        }
+      }
     }
   }
   // Responses may be waiting in this device's own receive queue, behind a backlog
@@ -484,7 +509,11 @@ void Qp::on_timer() {
   }
   if (attr_.timeout == 0) return;             // no local ACK timeout (a late timer of an earlier connection)
   if (now < deadline_) {
-    timer_->arm_at(deadline_);
+    if (retx_.armed && now >= retx_.repair_at) {
+      repair_locked(now);  // adaptive retransmission (retransmit.cpp)
+      return;
+    }
+    timer_->arm_at(next_timer_locked());
     return;
   }
   device().counters().timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -498,6 +527,10 @@ void Qp::on_timer() {
   // deviation (docs/compatibility.md).
   const bool peer_alive = req_.heard_from_peer;
   req_.heard_from_peer = false;
+  // Adaptive retransmission waits for the peer to answer again.
+  retx_.answered = false;
+  retx_.armed = false;
+  retx_.loss_seen(now);
   comp_.gap_rewind_psn = 0xffffffff;  // a gap seen again after a timeout is asked for again
   if (peer_alive) {
     retransmit_from_locked(comp_.unacked_psn);

@@ -77,7 +77,7 @@ BY_CAT = {
 }
 CAT_OF = dict({n: "wr" for n in ("post_send", "post_recv", "post_srq_recv", "wr_start", "completion", "retired")},
               modify_qp="verb", **{verb: "verb" for verb in VERB_NUM})
-TIMERS = ("ack_timeout", "rnr_wait", "cm_retry", "cm_timewait")
+TIMERS = ("ack_timeout", "ack_repair", "rnr_wait", "cm_retry", "cm_timewait")
 QP_STATES = ("RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR")
 SRQ_TRACK = 1 << 24
 

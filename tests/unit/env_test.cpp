@@ -73,7 +73,7 @@ TEST(Env, TableMatchesConfigurationDoc) {
 
 TEST(Env, AccessorsCoverTheTableInOrder) {
   const auto vars = softverbs::env::variables();
-  ASSERT_EQ(vars.size(), static_cast<size_t>(Var::kProgressSlice) + 1);  // the last Var
+  ASSERT_EQ(vars.size(), static_cast<size_t>(Var::kAdaptiveRetransmit) + 1);  // the last Var
   for (size_t i = 0; i < vars.size(); ++i) EXPECT_EQ(static_cast<size_t>(vars[i].var), i) << vars[i].name;
 }
 
