@@ -149,6 +149,7 @@ const BoolKey kBoolKeys[] = {
     {"device_ex", "odp", &Personality::odp},
     {"device_ex", "completion_timestamps", &Personality::completion_timestamps},
     {"qp", "validate_attributes", &Personality::validate_qp_attributes},
+    {"qp", "adaptive_retransmit", &Personality::adaptive_retransmit},
     {"completions", "grh_on_connected", &Personality::grh_on_connected},
     {"completions", "error_wakes_solicited", &Personality::error_wakes_solicited},
     {"completions", "flush_posted_in_error", &Personality::flush_posted_in_error},

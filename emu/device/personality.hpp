@@ -123,6 +123,10 @@ struct Personality {
   // uc_sqd_av: a UC QP's SQD->SQD with IBV_QP_AV, which the IBTA allows (and
   // ConnectX takes), is EINVAL (rxe).
   bool uc_sqd_av_refused = false;
+  // adaptive_retransmit: RC requesters resend early after a loss, timed from
+  // the measured round trip (ConnectX's adaptive retransmission), or only at
+  // the local ACK timeout (rxe). SOFTVERBS_ADAPTIVE_RETRANSMIT, when set, wins.
+  bool adaptive_retransmit = true;
 
   // [mr]: local-only regions (no remote access) get rkey 0 (rxe).
   bool local_only_rkey_zero = false;

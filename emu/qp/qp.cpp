@@ -287,7 +287,7 @@ void Qp::enter_state_locked(ibv_qp_state cur, ibv_qp_state next) {
     req_.rnr_waiting = false;
     retx_ = AdaptiveRetransmit{};  // a new connection: no round trip measured yet
     retx_.sent_mark = req_.sent_end_psn;
-    adaptive_retx_ = adaptive_retransmit_enabled();
+    adaptive_retx_ = adaptive_retransmit_enabled(personality().adaptive_retransmit);
     if (!timer_ && requester_reliable()) timer_ = std::make_shared<EngineTimer>(device().scheduler(), [this] { on_timer(); });
     requester_locked();
   } else if (next == IBV_QPS_RTS && cur == IBV_QPS_SQD) {

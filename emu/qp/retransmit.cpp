@@ -22,15 +22,15 @@ std::optional<bool> parse_adaptive_retransmit(const char* text) {
   return std::nullopt;
 }
 
-bool adaptive_retransmit_enabled() {
-  static const bool on = [] {
+bool adaptive_retransmit_enabled(bool otherwise) {
+  static const std::optional<bool> setting = []() -> std::optional<bool> {
     const char* text = env::adaptive_retransmit();
-    if (!text) return true;
+    if (!text) return std::nullopt;
     const std::optional<bool> v = parse_adaptive_retransmit(text);
     if (!v) SV_LOG(kError, "SOFTVERBS_ADAPTIVE_RETRANSMIT=%s: expected 1, on, 0 or off; using on", text);
     return v.value_or(true);
   }();
-  return on;
+  return setting.value_or(otherwise);
 }
 
 void AdaptiveRetransmit::sample(time_point now) {

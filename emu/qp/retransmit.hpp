@@ -27,8 +27,9 @@ namespace softverbs::emu {
 // SOFTVERBS_ADAPTIVE_RETRANSMIT: "1"/"on" (the default) or "0"/"off"; nullopt
 // for anything else.
 std::optional<bool> parse_adaptive_retransmit(const char* text);
-// The process's setting, read at the first call (the first RC QP to reach RTS).
-bool adaptive_retransmit_enabled();
+// The process's setting, read at the first call (the first RC QP to reach RTS);
+// unset, the device personality's qp.adaptive_retransmit (`otherwise`).
+bool adaptive_retransmit_enabled(bool otherwise = true);
 
 // The repair timer's state for one requester: a round-trip estimate (RFC 6298's
 // smoothed mean and variation, one sample in flight at a time, none from a

@@ -36,7 +36,7 @@ bool same(const Personality& a, const Personality& b) {
          a.event_qp_access_err == b.event_qp_access_err && a.event_last_wqe_reached == b.event_last_wqe_reached &&
          a.sq_drained_always == b.sq_drained_always && a.before_rts_refused == b.before_rts_refused &&
          a.bad_wr_on_refusal == b.bad_wr_on_refusal && a.local_only_rkey_zero == b.local_only_rkey_zero && a.srq_resize == b.srq_resize &&
-         a.validate_qp_attributes == b.validate_qp_attributes && a.uc_sqd_av_refused == b.uc_sqd_av_refused &&
+         a.validate_qp_attributes == b.validate_qp_attributes && a.uc_sqd_av_refused == b.uc_sqd_av_refused && a.adaptive_retransmit == b.adaptive_retransmit &&
          a.unsupported_opcode_refused == b.unsupported_opcode_refused &&
          a.misaligned_atomic_refused == b.misaligned_atomic_refused;
 }
@@ -87,6 +87,7 @@ TEST(PersonalityTest, RxeFileCarriesRxesValues) {
   EXPECT_TRUE(p.uc_sqd_av_refused);
   EXPECT_TRUE(p.unsupported_opcode_refused);
   EXPECT_TRUE(p.misaligned_atomic_refused);
+  EXPECT_FALSE(p.adaptive_retransmit);
 }
 
 TEST(PersonalityTest, BehaviourKeysParse) {
