@@ -93,42 +93,51 @@ size_t Cq::outstanding() {
   return static_cast<size_t>(tail_ - head_);
 }
 
-bool Cq::push(const ibv_wc& wc, bool solicited) {
+bool Cq::push(const ibv_wc& wc, bool solicited) { return push_n(&wc, 1, solicited) == 1; }
+
+size_t Cq::push_n(const ibv_wc* wcs, size_t n, bool solicited) {
+  // Several completions under one lock (a QP retiring a run of acknowledged
+  // WQEs): each is added exactly as push() adds one, in order; an overrun
+  // stops the run, as it would stop single pushes (the CQ takes no more).
   bool raise = false;
+  size_t pushed = 0;
   {
     std::lock_guard lock(mu_);
-    if (overrun_) return false;  // a CQ in error takes no more completions
-    if (tail_ - head_ >= ring_size_ && ignore_overrun_) {
-      // With overrun checking off (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) the device
-      // writes on into its ring as ConnectX does: the oldest unpolled entry is
-      // overwritten, and the CQ reports nothing.
-      ++head_;
-    } else if (tail_ - head_ >= ring_size_) {
-      // Overrun (IBTA 11.4.2.1): the CQ goes to the error state, reported once by
-      // an affiliated asynchronous error. What it holds can still be polled.
-      overrun_ = true;
-      ibv_async_event ev{};
-      ev.element.cq = ibv();
-      ev.event_type = IBV_EVENT_CQ_ERR;
-      ctx_.post_async_event(ev);
-      return false;
-    }
-    // The clock is read only for a CQ whose completions carry a timestamp
-    // (ibv_create_cq_ex's IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*): a clock read
-    // per completion is a measurable share of the message rate otherwise.
-    const uint64_t ts = (wc_flags_ & kTimestampFlags) ? to_ns(ctx_.device().clock().wall_now()) : 0;
-    ring_[tail_ % ring_size_] = Cqe{wc, ts};
-    ++tail_;
-    // An armed CQ raises one event: for any completion when armed with
-    // solicited_only=0; only for solicited or failed ones otherwise (IBTA 11.4.2.2).
-    if (armed_ == 1 ||
-        (armed_ == 2 && (solicited || (wc.status != IBV_WC_SUCCESS && personality().error_wakes_solicited)))) {
-      armed_ = 0;
-      raise = true;
+    for (; pushed < n; ++pushed) {
+      const ibv_wc& wc = wcs[pushed];
+      if (overrun_) break;  // a CQ in error takes no more completions
+      if (tail_ - head_ >= ring_size_ && ignore_overrun_) {
+        // With overrun checking off (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) the device
+        // writes on into its ring as ConnectX does: the oldest unpolled entry is
+        // overwritten, and the CQ reports nothing.
+        ++head_;
+      } else if (tail_ - head_ >= ring_size_) {
+        // Overrun (IBTA 11.4.2.1): the CQ goes to the error state, reported once by
+        // an affiliated asynchronous error. What it holds can still be polled.
+        overrun_ = true;
+        ibv_async_event ev{};
+        ev.element.cq = ibv();
+        ev.event_type = IBV_EVENT_CQ_ERR;
+        ctx_.post_async_event(ev);
+        break;
+      }
+      // The clock is read only for a CQ whose completions carry a timestamp
+      // (ibv_create_cq_ex's IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*): a clock read
+      // per completion is a measurable share of the message rate otherwise.
+      const uint64_t ts = (wc_flags_ & kTimestampFlags) ? to_ns(ctx_.device().clock().wall_now()) : 0;
+      ring_[tail_ % ring_size_] = Cqe{wc, ts};
+      ++tail_;
+      // An armed CQ raises one event: for any completion when armed with
+      // solicited_only=0; only for solicited or failed ones otherwise (IBTA 11.4.2.2).
+      if (armed_ == 1 ||
+          (armed_ == 2 && (solicited || (wc.status != IBV_WC_SUCCESS && personality().error_wakes_solicited)))) {
+        armed_ = 0;
+        raise = true;
+      }
     }
   }
   if (raise && channel_) channel_->notify(this);
-  return true;
+  return pushed;
 }
 
 bool Cq::pop_locked(Cqe* out) {

@@ -608,6 +608,9 @@ class Cq {
   // Adds a completion; raises the completion event if armed. False when the
   // CQ is full or has overrun before: it is then in error (IBV_EVENT_CQ_ERR once).
   bool push(const ibv_wc& wc, bool solicited);
+  // The same for n completions in order, under one lock: how many it took
+  // (fewer than n: the CQ overran, as push() returning false says).
+  size_t push_n(const ibv_wc* wcs, size_t n, bool solicited);
   // The fault layer's delayed completion: pushed after delay_us.
   void push_later(const ibv_wc& wc, bool solicited, uint32_t delay_us);
   int poll(int n, ibv_wc* wc);

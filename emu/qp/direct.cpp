@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/trace.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
 #include "wire/packet.hpp"
@@ -23,6 +24,9 @@ namespace {
 
 struct Stashed {
   in_addr src;
+  // The QP whose plain ACK this is, when it came from transmit_plain_ack_locked
+  // on this thread: that QP's next plain ACK may replace it in place.
+  const Qp* acker;
   PacketView view;             // its payload is set from bytes when taken
   std::vector<uint8_t> bytes;  // a copy: the sender's memory is not held meanwhile
 };
@@ -47,6 +51,10 @@ struct DirectState {
   Qp* scope;
   size_t size;   // inbox entries in use; the others keep their buffers
   size_t taken;  // entries the drain under way has taken (none merge into those)
+  // The responder QP whose plain ACK is being transmitted, and its PSN: the
+  // inbox entry it becomes is marked as that QP's (stash_direct).
+  const Qp* acking;
+  uint32_t acking_psn;
 };
 thread_local DirectState direct{};
 thread_local std::vector<Stashed> inbox;
@@ -56,6 +64,14 @@ thread_local std::vector<Stashed> inbox;
 bool plain_ack(const PacketView& pkt) {
   return (pkt.bth.opcode == opcode::rc_acknowledge || pkt.bth.opcode == opcode::xrc_acknowledge) &&
          pkt.aeth.is_ack() && pkt.payload.empty();
+}
+
+// The responder whose plain ACK pkt is, if it is being sent by
+// transmit_plain_ack_locked on this thread; the mark is used once.
+const Qp* acker_of(DirectState& d, const PacketView& pkt) {
+  const Qp* q = d.acking;
+  d.acking = nullptr;
+  return q && plain_ack(pkt) && pkt.bth.psn == d.acking_psn ? q : nullptr;
 }
 
 }  // namespace
@@ -91,6 +107,7 @@ void Qp::stash_direct(const PacketView& pkt, in_addr src) {
       last.view.bth = pkt.bth;
       last.view.aeth = pkt.aeth;
       last.view.ip = pkt.ip;
+      last.acker = acker_of(d, pkt);
       return;
     }
   }
@@ -98,6 +115,7 @@ void Qp::stash_direct(const PacketView& pkt, in_addr src) {
   if (d.size == box.size()) box.emplace_back();
   Stashed& e = box[d.size++];
   e.src = src;
+  e.acker = acker_of(d, pkt);
   e.view = pkt;
   e.bytes.assign(pkt.payload.begin(), pkt.payload.end());
 }
@@ -120,6 +138,48 @@ void Qp::drain_direct_locked(size_t at_least) {
   d.size = 0;
   d.taken = 0;
   d.draining = false;
+}
+
+void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
+  // Coalesced at the source (IBTA 9.7.5.1.1: an ACK acknowledges every packet
+  // up to its PSN, and a responder may send one for several): a responder
+  // handed a burst of requests directly answers each with a plain ACK, which
+  // stash_direct would fold into the previous one anyway. When its previous
+  // ACK still waits, untaken and last, in the inbox of the QP this thread
+  // runs, this one replaces it there without being built, walked through the
+  // link and looked up again: the requester then takes one ACK for the burst,
+  // with the same completions, statuses and order. Anything the responder
+  // sent in between (a NAK, a response, a request) is behind it in the inbox,
+  // so the ACK is not last and goes the usual way. It is counted as sent and
+  // received, as the packet it stands for would have been.
+  DirectState& d = direct;
+  h.bth.migreq = migreq_locked();
+  const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
+  if (d.depth > 0 && d.size > d.taken && d.scope && !trace::on()) {
+    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
+    const uint32_t psn = h.bth.psn & 0xFFFFFF;
+    if (last.acker == this && last.view.bth.dest_qp == (h.bth.dest_qp & 0xFFFFFF) &&
+        last.view.bth.opcode == h.bth.opcode && plain_ack(last.view) && psn_gt(psn, last.view.bth.psn)) {
+      // What as_received would make of h (no payload): only these differ.
+      last.view.bth = h.bth;
+      last.view.bth.pad_cnt = 0;
+      last.view.bth.tver &= 0xF;
+      last.view.bth.dest_qp &= 0xFFFFFF;
+      last.view.bth.psn = psn;
+      last.view.aeth = {h.aeth.syndrome, h.aeth.msn & 0xFFFFFF};
+      last.view.ip = IpFields{tclass, kDefaultTtl, true};
+      const uint64_t bytes = 20 + 8 + packet_size(h.bth.opcode, 0);
+      Device::Counters& tx = device().counters();
+      tx.tx_packets.fetch_add(1, std::memory_order_relaxed);
+      tx.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      d.scope->device().count_direct_rx(last.view);
+      return;
+    }
+  }
+  d.acking = this;
+  d.acking_psn = h.bth.psn & 0xFFFFFF;
+  transmit_to_locked(dest_addr_, h, {}, tclass);
+  direct.acking = nullptr;
 }
 
 bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,

@@ -181,6 +181,11 @@ class Qp {
   // trace_id: the WQE's (core/trace.hpp), for the trace's completion record.
   void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trace_id = 0);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
+  // Counts a send WQE's end and fills its completion; false if it has none to
+  // report (a successful unsignaled one).
+  bool send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out);
+  // Successful send completions pushed together (retire_acked_locked).
+  void push_send_batch_locked(const ibv_wc* wcs, size_t n);
   // Fails w (the oldest unacknowledged send WQE when null) with `status`, after
   // completing the WQEs before it, and moves the QP to the error state.
   void fail_send_locked(SendWqe* w, ibv_wc_status status);
@@ -213,6 +218,10 @@ class Qp {
   // be built.
   bool transmit_direct_locked(in_addr dest, const wire::PacketHeaders& h,
                               std::span<const std::span<const uint8_t>> payload, uint8_t tos);
+  // A plain ACK (send_ack_locked): folded into this QP's previous one when
+  // that one still waits, untaken, in the inbox of the QP it answers
+  // (direct.cpp), else transmitted, marked as this QP's for the next one.
+  void transmit_plain_ack_locked(wire::PacketHeaders& h);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
 

@@ -32,7 +32,13 @@ void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
   h.bth.dest_qp = attr_.dest_qp_num;
   h.bth.psn = psn;
   h.aeth = aeth;
-  transmit_locked(h, {});
+  // A plain ACK may stand for the ones before it (IBTA 9.7.5.1.1), which the
+  // direct path uses; a NAK or RNR NAK keeps its own packet.
+  if (aeth.is_ack()) {
+    transmit_plain_ack_locked(h);
+  } else {
+    transmit_locked(h, {});
+  }
 }
 
 std::optional<uint64_t> Qp::next_recv_length_locked() {
