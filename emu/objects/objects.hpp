@@ -37,6 +37,7 @@
 #include "emu/qp/wq.hpp"
 #include "core/clock.hpp"
 #include "core/rdma_private.h"
+#include "core/spread_shared_mutex.hpp"
 #include "fabric/link.hpp"
 #include "fabric/local_link.hpp"
 #include "fabric/mcast_directory.hpp"
@@ -145,7 +146,8 @@ class Device final : private fabric::PacketSink {
   // Callers hold mr_lock() (shared) while they use the region's memory, so a
   // concurrent deregistration waits for the access to finish.
   Mr* find_mr_locked(uint32_t key);
-  std::shared_mutex& mr_lock() { return mr_mu_; }
+  // Shared per packet by every QP of the device (core/spread_shared_mutex.hpp).
+  SpreadSharedMutex& mr_lock() { return mr_mu_; }
   // Memory windows share the 24-bit key index space with the regions, so one
   // rkey names at most one of them; a window is found by its index alone (its
   // key byte changes with every bind). register_mw returns the index (max_mw is
@@ -304,7 +306,7 @@ class Device final : private fabric::PacketSink {
   RadixTable<PtrSlot<Mw>> mws_;
   // Live objects per ObjectType (charge/discharge).
   std::atomic<int> live_[static_cast<size_t>(ObjectType::xrcd) + 1] = {};
-  std::shared_mutex mr_mu_;
+  SpreadSharedMutex mr_mu_;
   std::vector<Context*> contexts_;  // under mu_
   std::unique_ptr<uint8_t[]> dm_mem_;    // under mu_, allocated on first use
   std::map<uint64_t, uint64_t> dm_used_;  // under mu_: offset -> size

@@ -231,7 +231,7 @@ class Qp {
   bool may_start_locked(SendWqe& w);
   void send_read_request_locked(SendWqe& w, uint32_t psn, uint64_t offset);
   void send_atomic_locked(SendWqe& w);
-  bool send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>& mr_lock);
+  bool send_data_packet_locked(SendWqe& w, std::shared_lock<SpreadSharedMutex>& mr_lock);
   bool send_ud_locked();
   // Binds a memory window or invalidates an rkey (IBV_WR_BIND_MW, LOCAL_INV).
   bool execute_local_locked(SendWqe& w);

@@ -343,7 +343,7 @@ void Qp::send_atomic_locked(SendWqe& w) {
   req_.tx_offset = 0;
 }
 
-bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<std::shared_mutex>& mr_lock) {
+bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<SpreadSharedMutex>& mr_lock) {
   // SEND and RDMA WRITE: one packet of up to one MTU of payload.
   const bool uc = type_ == IBV_QPT_UC;
   const uint32_t mtu = mtu_bytes();

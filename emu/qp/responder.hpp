@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/spread_shared_mutex.hpp"
 #include "emu/qp/wq.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
@@ -152,7 +153,7 @@ struct RespContext {
   bool rc;  // reliable: RC or XRC_RECV (else UC)
   // Held from check_rkey while the request uses registered memory, so a
   // concurrent deregistration waits; released before completions and NAKs.
-  std::shared_lock<std::shared_mutex> mr_lock{};
+  std::shared_lock<SpreadSharedMutex> mr_lock{};
   uint8_t* atomic_target = nullptr;  // the atomic's target in host memory, from check_rkey
 };
 
