@@ -21,6 +21,9 @@ constexpr auto kLease = std::chrono::milliseconds(1);
 // its own clock says, so that the receiver's timer, which looks at the rings
 // once the lease is over, finds what it put.
 constexpr auto kLeaseMargin = std::chrono::microseconds(5);
+// How many times a thread ending its lease reads the rings itself (each look
+// takes up to kPerRing records of every ring).
+constexpr int kEndLooks = 2;
 
 uint64_t to_ns(Clock::time_point t) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
@@ -54,7 +57,24 @@ void HostLink::end_lease() {
     for (Conn& c : connections_)
       if (c.ring) arrived |= c.ring->end_lease();
   }
-  // Records that came under the lease may have come without a wake-up.
+  // Records that came under the lease may have come without a wake-up. This
+  // thread (an application's, in a post, a poll that found completions or
+  // before it blocks) takes them itself, as its next poll would have: a
+  // serve() of the progress thread would preempt it on its CPU once per
+  // completion (the wake-ups a streaming ib_write_bw client paid). A few looks
+  // at most, so a post is not held up by a stream; what is left then, or
+  // packets a waiting sender took aside (older: they go first), goes to the
+  // progress thread as before. A record put after end_lease() found the lease
+  // gone and woke the receiver itself.
+  for (int look = 0; arrived && look < kEndLooks; ++look) {
+    Batch batch(true);
+    {
+      std::lock_guard lock(rx_mu_);
+      if (stash_pending_.load(std::memory_order_acquire) || !read_rings_locked(batch)) break;
+    }
+    deliver(batch);
+    arrived = rings_pending();
+  }
   if (arrived && !serve_posted_.exchange(true))
     scheduler_.post([this] {
       serve_posted_.store(false);

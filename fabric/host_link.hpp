@@ -59,7 +59,8 @@
 // kLease, renewed at half-time), and a sender that finds one leaves need_wake
 // for later instead of waking. The lease ends when the thread goes off to work
 // or to block (RealTimeScheduler::note_busy, wait_readable: the rings get 0,
-// and records that came meanwhile are served), or, for a thread that just
+// and records that came meanwhile are read by that thread itself, as its next
+// poll would have, the few looks' rest by the progress thread), or, for a thread that just
 // stops polling, when it runs out: a timer of the progress thread then serves
 // what came. A sender leaves a wake-up out only while the lease lasts beyond
 // its clock by kLeaseMargin.
