@@ -79,22 +79,6 @@ constexpr auto kAppPolling = std::chrono::microseconds(200);
 // an application's polls).
 thread_local bool in_serve = false;
 
-// While a lease lasts, an application thread reads the clock for
-// poll_shared() once every this many polls and reuses the time it read in
-// between: a clock read (a vDSO
-// call) per ibv_poll_cq was a tenth of a streaming client's CPU. The reused
-// time is never later than the true one, so a lease built from it ends no
-// later than one built from the true time (a sender then wakes sooner, never
-// later), a renewal it misses only lets the lease run out (the senders wake
-// the progress thread again), and app_poll_ only looks older (serve() then
-// spins for kSpin, which costs time, not packets).
-constexpr uint32_t kPollsPerClockRead = 8;
-struct PollClock {
-  const Clock* clock = nullptr;  // whose time `now` is (read anew for another)
-  Clock::time_point now{};
-  uint32_t reused = kPollsPerClockRead;  // read at the first poll
-};
-thread_local PollClock poll_clock;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -703,23 +687,7 @@ bool HostLink::drain() {
 
 bool HostLink::poll_shared() {
   if (fd_ < 0 || !any_ring_.load(std::memory_order_relaxed)) return false;
-  Clock::time_point now{};
-  if (!in_serve) {
-    PollClock& pc = poll_clock;
-    const Clock& clock = scheduler_.clock();
-    // A new lease starts from the true time: reused only while one lasts
-    // (so the time reused is at most about a lease old).
-    const bool fresh = !leases_ || lease_until_.load(std::memory_order_relaxed) == 0;
-    if (fresh || pc.reused >= kPollsPerClockRead || pc.clock != &clock) {
-      pc.clock = &clock;
-      pc.now = clock.now();
-      pc.reused = 0;
-      app_poll_.store(pc.now.time_since_epoch().count(), std::memory_order_relaxed);
-    } else {
-      ++pc.reused;
-    }
-    now = pc.now;
-  }
+  const Clock::time_point now = in_serve ? Clock::time_point{} : poll_time();
   Batch batch(true);
   {
     std::lock_guard lock(rx_mu_);

@@ -214,6 +214,9 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   // Wake-up leases (fabric/host_lease.cpp). An application thread's poll at
   // `now`: starts or renews the lease (under rx_mu_).
   void renew_lease_locked(Clock::time_point now);
+  // An application thread's poll: the time for its lease and app_poll_ (read
+  // anew every few polls while a lease lasts; it also stores app_poll_).
+  Clock::time_point poll_time();
   // What a sender compares a receiver's lease with: now, plus the margin.
   uint64_t lease_horizon_ns() const;
   void end_lease() override;
