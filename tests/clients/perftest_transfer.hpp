@@ -166,13 +166,20 @@ inline Env perftest_env(const PerftestCase& c) {
   return e;
 }
 
+// `err`: that side's standard error. perftest calibrates its cycle counter
+// against gettimeofday for every report and, when the fit is poor (a busy
+// CPU), says "Correlation coefficient r^2: ... < 0.9" and divides by 0: that
+// report's times are "inf" (perftest's get_clock.c). Such a latency row has
+// no times to check; every other row is checked.
 inline void check_rows(const PerftestCase& c, const std::vector<Row>& rows, const std::string& side,
-                       const std::string& all) {
+                       const std::string& all, const std::string& err = "") {
   std::vector<uint64_t> sizes;
   for (const Row& r : rows) sizes.push_back(r.bytes);
   EXPECT_EQ(sizes, c.sizes) << side << ": the results table has the wrong sizes\n" << all;
+  const bool uncalibrated = err.find("Correlation coefficient r^2") != std::string::npos;
   for (const Row& r : rows) {
     EXPECT_EQ(r.iters, c.iters) << side << " size " << r.bytes << "\n" << all;
+    if (c.latency() && uncalibrated && r.values.empty()) continue;  // perftest's own "inf" report
     if (c.latency()) {
       // t_min t_max t_typical t_avg t_stdev 99% 99.9%
       ASSERT_GE(r.values.size(), 4u) << side << "\n" << all;
@@ -244,8 +251,8 @@ inline void run_and_check(const PerftestCase& c) {
     }
   }
 
-  check_rows(c, cl.rows, "client", all);
-  if (c.server_reports()) check_rows(c, s.rows, "server", all);
+  check_rows(c, cl.rows, "client", all, r.client.err);
+  if (c.server_reports()) check_rows(c, s.rows, "server", all, r.server.err);
 
   // Traffic flowed both ways (requests one way, acknowledgements or responses back),
   // except for UC bandwidth tests, which nothing answers.
