@@ -386,6 +386,35 @@ bool eventually(F cond) {
   return cond();
 }
 
+// The lease tests' round: with b's ring armed, b's application polls (`poll`:
+// a lease), a sends the packet numbered psn, and `take(held_back)` makes b take
+// it, where held_back says whether the send left the wake-up out. A lease
+// lasts 1 ms of real time: a test thread descheduled longer than that between
+// its poll and its send sees a wake-up, and tries again, at most 20 times.
+// True once a packet went without a wake-up; psn is then the next one to send.
+template <class Poll, class Take>
+bool sent_under_a_lease(End& a, End& b, uint32_t& psn, Poll poll, Take take) {
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    // The progress thread armed the ring before it went back to sleep.
+    if (!eventually([&] { return b.link->armed_rings() == 1; })) {
+      ADD_FAILURE() << "the receiver's ring was never armed";
+      return false;
+    }
+    poll();
+    const uint64_t woken = a.link->wakeups();
+    a.link->send(b.addr, packet(psn));
+    const bool held_back = a.link->wakeups() == woken;
+    take(held_back);
+    if (b.rx.count() != psn) {
+      ADD_FAILURE() << "packet " << psn << " not taken";
+      return false;
+    }
+    ++psn;
+    if (held_back) return true;
+  }
+  return false;
+}
+
 // While the receiver's application polls (poll_shared), the sender leaves
 // the wake-up out; once the application goes off to work (note_busy), the
 // next packet wakes it again.
@@ -397,24 +426,15 @@ TEST(HostLink, APollingReceiverIsNotWoken) {
   a.link->send(b.addr, packet(1));
   b.drain_until(1);
   ASSERT_EQ(b.rx.count(), 1u);
-  // A lease lasts 1 ms of real time: a test thread descheduled longer than
-  // that between its poll and its send sees a wake-up, and tries again.
   uint32_t psn = 2;
-  bool held_back = false;
-  for (int attempt = 0; attempt < 20 && !held_back; ++attempt, ++psn) {
-    // The progress thread armed the ring before it went back to sleep.
-    ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-    const uint64_t woken = a.link->wakeups();
-    (void)b.link->poll_shared();  // the application polls: a lease
-    a.link->send(b.addr, packet(psn));
-    held_back = a.link->wakeups() == woken;
-    if (held_back) {
-      EXPECT_EQ(b.link->armed_rings(), 1u);  // the wake-up is still asked for
-    }
-    b.drain_until(psn);  // the poller takes the packet
-    ASSERT_EQ(b.rx.count(), psn);
-  }
-  EXPECT_TRUE(held_back);
+  EXPECT_TRUE(sent_under_a_lease(
+      a, b, psn, [&] { (void)b.link->poll_shared(); },  // the application polls: a lease
+      [&](bool held_back) {
+        if (held_back) {
+          EXPECT_EQ(b.link->armed_rings(), 1u);  // the wake-up is still asked for
+        }
+        b.drain_until(psn);  // the poller takes the packet
+      }));
   s.note_busy();  // the application goes off to work
   ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
   const uint64_t woken = a.link->wakeups();
@@ -437,19 +457,13 @@ TEST(HostLink, ManyPollsInARowKeepTheLease) {
   b.drain_until(1);
   uint32_t psn = 2;
   for (int round = 0; round < 2; ++round) {
-    // As in APollingReceiverIsNotWoken: a descheduled test thread may see its
-    // lease run out and a wake-up, and tries again.
-    bool held_back = false;
-    for (int attempt = 0; attempt < 20 && !held_back; ++attempt, ++psn) {
-      ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-      for (int i = 0; i < 50; ++i) (void)b.link->poll_shared();
-      const uint64_t woken = a.link->wakeups();
-      a.link->send(b.addr, packet(psn));
-      held_back = a.link->wakeups() == woken;
-      b.drain_until(psn);
-      ASSERT_EQ(b.rx.count(), psn);
-    }
-    EXPECT_TRUE(held_back) << round;
+    EXPECT_TRUE(sent_under_a_lease(
+        a, b, psn,
+        [&] {
+          for (int i = 0; i < 50; ++i) (void)b.link->poll_shared();
+        },
+        [&](bool) { b.drain_until(psn); }))
+        << round;
     s.note_busy();  // the lease ends; the next round's polls start a new one
   }
   sched.reset();
@@ -466,22 +480,16 @@ TEST(HostLink, TheThreadEndingItsLeaseTakesWhatCameUnderIt) {
   a.link->send(b.addr, packet(1));
   b.drain_until(1);
   uint32_t psn = 2;
-  bool held_back = false;
-  for (int attempt = 0; attempt < 20 && !held_back; ++attempt, ++psn) {
-    ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-    (void)b.link->poll_shared();  // a lease
-    const uint64_t woken = a.link->wakeups();
-    a.link->send(b.addr, packet(psn));
-    held_back = a.link->wakeups() == woken;
-    s.note_busy();
-    if (held_back) {
-      EXPECT_EQ(b.rx.count(), psn);  // taken by this thread, no poll, no wait
-    } else {
-      b.drain_until(psn);  // woken (descheduled past the lease): try again
-    }
-    ASSERT_EQ(b.rx.count(), psn);
-  }
-  EXPECT_TRUE(held_back);
+  EXPECT_TRUE(sent_under_a_lease(
+      a, b, psn, [&] { (void)b.link->poll_shared(); },  // a lease
+      [&](bool held_back) {
+        s.note_busy();
+        if (held_back) {
+          EXPECT_EQ(b.rx.count(), psn);  // taken by this thread, no poll, no wait
+        } else {
+          b.drain_until(psn);  // woken (descheduled past the lease): try again
+        }
+      }));
   sched.reset();
 }
 
