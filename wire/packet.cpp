@@ -1,6 +1,7 @@
 #include "wire/packet.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace softverbs::wire {
@@ -138,44 +139,82 @@ bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, 
   return true;
 }
 
+namespace {
+
+// The payload's length, or SIZE_MAX past what any packet carries.
+std::size_t payload_length(std::span<const std::span<const std::uint8_t>> payload) noexcept {
+  std::size_t len = 0;
+  for (const auto& s : payload) {
+    if (s.size() > kMaxUdpPayload - len) return SIZE_MAX;
+    len += s.size();
+  }
+  return len;
+}
+
+// BTH and the extension headers of h's opcode into `hdr` (op.header_len
+// bytes), with the pad count of a payload_len-byte payload.
+void encode_headers(const PacketHeaders& h, const OpcodeInfo& op, std::size_t payload_len,
+                    std::span<std::uint8_t> hdr) noexcept {
+  // IBTA: PadCnt pads the payload to a multiple of 4 bytes.
+  Bth bth = h.bth;
+  bth.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
+  encode(bth, hdr.first<Bth::kSize>());
+  if (op.has(ext::deth)) encode(h.deth, at<Deth>(hdr, op, ext::deth));
+  if (op.has(ext::xrceth)) encode(h.xrceth, at<Xrceth>(hdr, op, ext::xrceth));
+  if (op.has(ext::reth)) encode(h.reth, at<Reth>(hdr, op, ext::reth));
+  if (op.has(ext::atomic_eth)) encode(h.atomic_eth, at<AtomicEth>(hdr, op, ext::atomic_eth));
+  if (op.has(ext::aeth)) encode(h.aeth, at<Aeth>(hdr, op, ext::aeth));
+  if (op.has(ext::atomic_ack_eth)) {
+    encode(h.atomic_ack_eth, at<AtomicAckEth>(hdr, op, ext::atomic_ack_eth));
+  }
+  if (op.has(ext::imm)) encode(h.imm, at<Imm>(hdr, op, ext::imm));
+  if (op.has(ext::ieth)) encode(h.ieth, at<Ieth>(hdr, op, ext::ieth));
+}
+
+// What follows the payload of a packet without its ICRC: up to 3 pad bytes
+// and the 4-byte ICRC field, all 0.
+constexpr std::uint8_t kZeroTail[3 + kIcrcBytes] = {};
+
+}  // namespace
+
 std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
                   std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept {
-  std::size_t payload_len = 0;
-  for (const auto& s : payload) {
-    if (s.size() > kMaxUdpPayload - payload_len) return 0;
-    payload_len += s.size();
-  }
+  const std::size_t payload_len = payload_length(payload);
+  if (payload_len == SIZE_MAX) return 0;
   const std::size_t size = packet_size(h.bth.opcode, payload_len);
   if (size == 0 || out.size() < size) return 0;
   const OpcodeInfo& op = opcode_info(h.bth.opcode);
   const auto pkt = out.first(size);
-
-  // IBTA: PadCnt pads the payload to a multiple of 4 bytes.
-  Bth bth = h.bth;
-  bth.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
-  encode(bth, pkt.first<Bth::kSize>());
-  if (op.has(ext::deth)) encode(h.deth, at<Deth>(pkt, op, ext::deth));
-  if (op.has(ext::xrceth)) encode(h.xrceth, at<Xrceth>(pkt, op, ext::xrceth));
-  if (op.has(ext::reth)) encode(h.reth, at<Reth>(pkt, op, ext::reth));
-  if (op.has(ext::atomic_eth)) encode(h.atomic_eth, at<AtomicEth>(pkt, op, ext::atomic_eth));
-  if (op.has(ext::aeth)) encode(h.aeth, at<Aeth>(pkt, op, ext::aeth));
-  if (op.has(ext::atomic_ack_eth)) {
-    encode(h.atomic_ack_eth, at<AtomicAckEth>(pkt, op, ext::atomic_ack_eth));
-  }
-  if (op.has(ext::imm)) encode(h.imm, at<Imm>(pkt, op, ext::imm));
-  if (op.has(ext::ieth)) encode(h.ieth, at<Ieth>(pkt, op, ext::ieth));
+  encode_headers(h, op, payload_len, pkt);
+  const std::uint8_t pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
 
   std::uint8_t* p = pkt.data() + op.header_len;
   for (const auto& s : payload) {
     if (!s.empty()) std::memcpy(p, s.data(), s.size());  // memcpy(null, ..., 0) is UB
     p += s.size();
   }
-  std::fill_n(p, bth.pad_cnt, std::uint8_t{0});  // pad bytes are 0 and covered by the ICRC
-  p += bth.pad_cnt;
+  std::fill_n(p, pad_cnt, std::uint8_t{0});  // pad bytes are 0 and covered by the ICRC
+  p += pad_cnt;
 
   const std::size_t icrc_at = size - kIcrcBytes;
   store_icrc(p, flow != nullptr ? icrc(*flow, pkt.first(icrc_at)) : 0);
   return size;
+}
+
+bool gather(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
+            std::span<std::uint8_t, kMaxHeaderBytes> header_room, GatheredPacket& out) noexcept {
+  const std::size_t payload_len = payload_length(payload);
+  if (payload_len == SIZE_MAX) return false;
+  const std::size_t size = packet_size(h.bth.opcode, payload_len);
+  if (size == 0) return false;
+  const OpcodeInfo& op = opcode_info(h.bth.opcode);
+  const auto hdr = std::span<std::uint8_t>(header_room).first(op.header_len);
+  encode_headers(h, op, payload_len, hdr);
+  out.headers = hdr;
+  out.payload = payload;
+  out.tail = std::span<const std::uint8_t>(kZeroTail).first(size - op.header_len - payload_len);
+  out.size = size;
+  return true;
 }
 
 std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload, std::span<std::uint8_t> out,

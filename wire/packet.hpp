@@ -6,7 +6,9 @@
 // parse() is total: any byte sequence gives either a decoded view or an error
 // code, with no read outside the input. build() writes into a caller buffer
 // and gathers the payload from caller spans (e.g. straight from registered
-// memory), so a packet costs one copy of its payload.
+// memory), so a packet costs one copy of its payload; gather() encodes only
+// the headers and leaves the payload where it is, for a link that copies it
+// straight to its destination.
 #pragma once
 
 #include <cstddef>
@@ -120,5 +122,29 @@ bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, 
 // Single-span payload convenience.
 std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload,
                   std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept;
+
+// The most header bytes any opcode carries (BTH and every extension header):
+// the room gather() needs for them.
+inline constexpr std::size_t kMaxHeaderBytes = Bth::kSize + Deth::kSize + Xrceth::kSize + Reth::kSize +
+                                               Aeth::kSize + AtomicEth::kSize + AtomicAckEth::kSize +
+                                               Imm::kSize + Ieth::kSize;
+
+// The packet build(h, payload, out, nullptr) writes (ICRC not computed), in
+// pieces, so that a link copies each once to where the packet goes, the
+// payload straight from the sender's memory (fabric::Link::send_gathered):
+// the headers as build() encodes them, the payload spans as given, then
+// `tail`, the pad bytes and the ICRC field (all 0). Its bytes, in this order,
+// are exactly build()'s; the spans point into the caller's memory.
+struct GatheredPacket {
+  std::span<const std::uint8_t> headers;
+  std::span<const std::span<const std::uint8_t>> payload;
+  std::span<const std::uint8_t> tail;
+  std::size_t size = 0;  // of the whole packet, BTH .. ICRC
+};
+
+// Encodes h's headers into `header_room` and describes the packet in `out`;
+// false if build() would refuse it (the same rules).
+bool gather(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
+            std::span<std::uint8_t, kMaxHeaderBytes> header_room, GatheredPacket& out) noexcept;
 
 }  // namespace softverbs::wire
