@@ -89,9 +89,12 @@ std::unique_ptr<HostRing> HostRing::attach(int fd, std::string* why, size_t data
 
 HostRing::~HostRing() { ::munmap(base_, kHeaderBytes + size_); }
 
-bool HostRing::put(std::span<const uint8_t> a, std::span<const uint8_t> b) {
-  const size_t len = a.size() + b.size();
-  if (len > kMaxRecord) return false;
+bool HostRing::put(std::span<const std::span<const uint8_t>> parts) {
+  size_t len = 0;
+  for (const auto& p : parts) {
+    if (p.size() > kMaxRecord - len) return false;
+    len += p.size();
+  }
   const size_t need = kRecordHeader + round8(len);
   const uint64_t tail = at(base_, kTailAt).load(std::memory_order_acquire);
   if (tail > head_ || head_ - tail > size_) return false;  // a consumer that wrote nonsense: treated as full
@@ -109,8 +112,11 @@ bool HostRing::put(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   const uint32_t n = static_cast<uint32_t>(len);
   std::memcpy(rec, &n, sizeof n);
   std::memset(rec + 4, 0, 4);
-  if (!a.empty()) std::memcpy(rec + kRecordHeader, a.data(), a.size());
-  if (!b.empty()) std::memcpy(rec + kRecordHeader + a.size(), b.data(), b.size());
+  uint8_t* to = rec + kRecordHeader;
+  for (const auto& p : parts) {
+    if (!p.empty()) std::memcpy(to, p.data(), p.size());  // memcpy(null, ..., 0) is UB
+    to += p.size();
+  }
   head_ += skip + need;
   // seq_cst: the store of the head and the load of need_wake (take_wake) must
   // not be reordered, or a consumer arming meanwhile would sleep on a record.

@@ -61,9 +61,16 @@ class HostRing {
   HostRing(const HostRing&) = delete;
   HostRing& operator=(const HostRing&) = delete;
 
-  // Producer. Appends one record made of `a` then `b`; false when the ring
-  // has no room for it now (or the consumer's tail is nonsense: then never).
-  bool put(std::span<const uint8_t> a, std::span<const uint8_t> b);
+  // Producer. Appends one record made of `parts` in order, each copied once
+  // from where it lies (a packet's payload straight from the sender's memory:
+  // fabric::Link::send_gathered); false when the ring has no room for it now
+  // (or the consumer's tail is nonsense: then never).
+  bool put(std::span<const std::span<const uint8_t>> parts);
+  // The same, for a record made of `a` then `b`.
+  bool put(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+    const std::span<const uint8_t> parts[2] = {a, b};
+    return put(parts);
+  }
   // After put: true once per consumer sleep, when the producer must wake it.
   bool take_wake();
   // The same, but false while the consumer's lease lasts beyond now_ns (it
