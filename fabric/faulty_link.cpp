@@ -218,6 +218,13 @@ bool FaultyLink::send_direct(in_addr dst, const wire::PacketView& view) {
   return inner_.send_direct(dst, view);
 }
 
+bool FaultyLink::send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) {
+  // The rules decide on the whole packet (and corrupt its bytes), and nothing
+  // overtakes a held one.
+  if (filter_.active() || has_held_tx_.load(std::memory_order_acquire)) return false;
+  return inner_.send_gathered(dst, packet, tos);
+}
+
 bool FaultyLink::receive_direct(in_addr src, const wire::PacketView& view) {
   // Nothing held back on the way in may be overtaken, and rules loaded since
   // the sender asked see every packet.

@@ -42,6 +42,8 @@ class FaultyLink final : public LinkDecorator {
   // held back: the rules see every packet, and nothing overtakes a held one.
   bool direct_ok(in_addr dst) override;
   bool send_direct(in_addr dst, const wire::PacketView& view) override;
+  // The same rules for a packet in pieces (Link::send_gathered).
+  bool send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) override;
 
  private:
   struct Datagram {

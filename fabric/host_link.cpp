@@ -39,7 +39,7 @@ constexpr uint8_t kNoIcrcMagic[3] = {'S', 'V', 4};
 // The features a receiver publishes in the rings it takes up (HostRing::attach).
 constexpr uint32_t kRingTakesNoIcrc = 1;
 constexpr size_t kTosAt = 3;
-constexpr size_t kPrefix = 8;
+constexpr size_t kPrefix = HostLink::kPrefixBytes;
 // Packets read from one connection per look, so one busy peer cannot starve
 // the others (the drain loop comes back for the rest).
 constexpr int kPerConnection = 32;
@@ -221,18 +221,6 @@ bool HostLink::takes_no_icrc(const Peer& peer) {
   return peer.ring && (peer.ring->features() & kRingTakesNoIcrc) && !peer.dead.load(std::memory_order_relaxed);
 }
 
-bool HostLink::needs_icrc(in_addr dst) {
-  if (fd_ < 0 || !options_.ring) return true;
-  std::shared_ptr<Peer> peer;
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(dst.s_addr);
-    if (it != peers_.end()) peer = it->second.peer;
-  }
-  // No connection yet (the first packet makes it): with an ICRC, as UDP needs.
-  return !peer || !takes_no_icrc(*peer);
-}
-
 void HostLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   // A packet that left its ICRC uncomputed for a ring whose receiver takes
   // that, but goes another way now (the receiver went away or was replaced),
@@ -270,10 +258,11 @@ int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<
                       bool icrc) {
   // Senders on several threads: each its own copy of the prefix.
   uint8_t prefix[kPrefix];
-  std::memcpy(prefix, prefix_, kPrefix);
-  prefix[kTosAt] = tos;
-  if (!icrc) std::memcpy(prefix, kNoIcrcMagic, sizeof kNoIcrcMagic);  // only for a ring that takes it (send())
-  if (peer->ring) return send_ring(*peer, dst, prefix, packet);
+  prefix_for(tos, icrc, prefix);  // icrc false only for a ring that takes it (send())
+  if (peer->ring) {
+    const std::span<const uint8_t> parts[2] = {prefix, packet};
+    return send_ring(*peer, dst, parts, kPrefix + packet.size());
+  }
   iovec iov[2] = {{prefix, kPrefix}, {const_cast<uint8_t*>(packet.data()), packet.size()}};
   msghdr msg{};
   msg.msg_iov = iov;
@@ -302,6 +291,12 @@ int HostLink::send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<
     counters_.host_drops.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
+}
+
+void HostLink::prefix_for(uint8_t tos, bool icrc, uint8_t* out) const {
+  std::memcpy(out, prefix_, kPrefix);
+  out[kTosAt] = tos;
+  if (!icrc) std::memcpy(out, kNoIcrcMagic, sizeof kNoIcrcMagic);
 }
 
 bool HostLink::offer_ring(Peer& peer) {
@@ -335,13 +330,13 @@ bool HostLink::offer_ring(Peer& peer) {
 
 // The ring's counterpart of the socket path below: the same bounded wait, the
 // same counted drop, the same stall after a wait that ran out.
-int HostLink::send_ring(Peer& peer, in_addr dst, std::span<const uint8_t> prefix, std::span<const uint8_t> packet) {
+int HostLink::send_ring(Peer& peer, in_addr dst, std::span<const std::span<const uint8_t>> parts, size_t len) {
   std::lock_guard lock(peer.ring_mu);
   HostRing& ring = *peer.ring;
   if (ring.closed() || peer.dead.load(std::memory_order_relaxed)) return -1;  // its receiver went away
   std::optional<Clock::time_point> deadline;
-  while (!ring.put(prefix, packet)) {
-    if (packet.size() + kPrefix > HostRing::kMaxRecord) {
+  while (!ring.put(parts)) {
+    if (len > HostRing::kMaxRecord) {
       counters_.host_drops.fetch_add(1, std::memory_order_relaxed);
       return 0;
     }

@@ -110,6 +110,10 @@ const HostLinkOptions& host_link_options();
 
 class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHolder {
  public:
+  // The prefix in front of every packet on the connections and in the rings
+  // (docs/wire.md §1.1.1).
+  static constexpr size_t kPrefixBytes = 8;
+
   // Binds the abstract name of addr and listens on it (non-blocking,
   // close-on-exec); returns the socket, or -errno.
   static int bind(in_addr addr);
@@ -133,6 +137,13 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   // ICRC (the shared memory between two processes of one user is no wire:
   // docs/wire.md §1.1.1); true for everything else, the inner link's UDP included.
   bool needs_icrc(in_addr dst) override;
+  // A packet in pieces (Link::send_gathered) into the ring of a destination
+  // that needs no ICRC (needs_icrc false): its headers, payload and tail are
+  // each copied once into the ring's record, the same record send() would
+  // write for the built packet. False, with nothing sent, for any other
+  // destination (no connection yet, the socket mode, UDP) or when the ring's
+  // receiver went away: the caller then builds the packet and send()s it.
+  bool send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) override;
   // The inner link's batch, then what waits for this device on the host path.
   bool drain() override;
   // The rings only: no system call (Link::poll_shared).
@@ -196,7 +207,13 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   // One attempt through a peer: 1 sent, 0 dropped (counted), -1 the peer is gone.
   int send_to(const std::shared_ptr<Peer>& peer, in_addr dst, std::span<const uint8_t> packet, uint8_t tos,
               bool icrc);
-  int send_ring(Peer& peer, in_addr dst, std::span<const uint8_t> prefix, std::span<const uint8_t> packet);
+  // A ring record of `parts` (the prefix, then the packet), `len` bytes in all.
+  int send_ring(Peer& peer, in_addr dst, std::span<const std::span<const uint8_t>> parts, size_t len);
+  // The 8-byte prefix of a packet sent with TOS byte tos; icrc false: one
+  // whose ICRC was not computed (only for a ring whose receiver takes that).
+  void prefix_for(uint8_t tos, bool icrc, uint8_t* out) const;
+  // The peer dst has a connection to now, or null (none made here).
+  std::shared_ptr<Peer> known_peer(in_addr dst);
   // Whether a peer's receiver takes packets without their ICRC.
   static bool takes_no_icrc(const Peer& peer);
   // Gives a new connection its ring (the first message); false: none.

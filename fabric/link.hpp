@@ -115,6 +115,17 @@ class Link {
   // it was not delivered: the caller then builds and send()s it. It refuses
   // whatever direct_ok(dst) refuses, so a caller need not ask that first.
   virtual bool send_direct(in_addr /*dst*/, const wire::PacketView& /*view*/) { return false; }
+  // The packet `packet` describes (headers, payload spans, a zero tail:
+  // wire::gather), without its ICRC, sent with TOS byte tos where no layer
+  // needs its bytes whole: only into a same-host ring whose receiver takes
+  // packets without their ICRC (fabric/host_link.hpp), with no capture, trace,
+  // fault rule or held packet on the way, so the payload is copied once, from
+  // the sender's memory into the ring. Counted as the packet would be. False
+  // if it was not sent (the default; a decorator that does not say otherwise
+  // stops it): the caller then builds the packet and send()s it.
+  virtual bool send_gathered(in_addr /*dst*/, const wire::GatheredPacket& /*packet*/, uint8_t /*tos*/) {
+    return false;
+  }
   // Hands the datagrams waiting now to the receiver without blocking; false if
   // there were none. Callers serialise drains (the device's receive lock).
   virtual bool drain() = 0;
@@ -151,8 +162,9 @@ class LinkDecorator : public Link, protected Receiver {
     inner_.send(dst, packet, tos, icrc);
   }
   bool needs_icrc(in_addr dst) override { return inner_.needs_icrc(dst); }
-  // direct_ok, send_direct and receive_direct are not passed through: a
-  // decorator that leaves packets alone says so itself (TapLink, FaultyLink).
+  // direct_ok, send_direct, send_gathered and receive_direct are not passed
+  // through: a decorator that leaves packets alone says so itself (TapLink,
+  // FaultyLink).
   bool drain() override { return inner_.drain(); }
   bool poll() override { return inner_.poll(); }
   bool poll_shared() override { return inner_.poll_shared(); }

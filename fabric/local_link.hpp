@@ -76,6 +76,13 @@ class LocalLink final : public Link, private Receiver {
   // Handed to the peer's receive path now, if nothing queued for it would be
   // overtaken (receive_direct_from).
   bool send_direct(in_addr dst, const wire::PacketView& view) override;
+  // A packet in pieces goes on to the outside link, for a device of another
+  // process only: the in-process queue holds whole packets, and multicast is
+  // replicated from its bytes.
+  bool send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) override {
+    if (IN_MULTICAST(ntohl(dst.s_addr)) || hub_.find(dst) != nullptr) return false;
+    return outside_ != nullptr && outside_->send_gathered(dst, packet, tos);
+  }
 
  private:
   // One copy to one device: its local queue, or the outside link.

@@ -50,6 +50,20 @@ bool TapLink::send_direct(in_addr dst, const wire::PacketView& view) {
   return false;
 }
 
+bool TapLink::send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) {
+  // A capture and the trace need the whole packet's bytes; a multicast one is
+  // replicated below from its bytes.
+  if (pcap_ || trace::on() || IN_MULTICAST(ntohl(dst.s_addr))) return false;
+  // Counted before the receiver can answer, as send() does; taken back if
+  // the packet then goes the usual way (and is counted there).
+  counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
+  counters_.tx_bytes.fetch_add(kIpUdpHeaders + packet.size, std::memory_order_relaxed);
+  if (inner_.send_gathered(dst, packet, tos)) return true;
+  counters_.tx_packets.fetch_sub(1, std::memory_order_relaxed);
+  counters_.tx_bytes.fetch_sub(kIpUdpHeaders + packet.size, std::memory_order_relaxed);
+  return false;
+}
+
 void TapLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip) {
   uint64_t frame = 0;
   if (pcap_ && !(hub_ && hub_->find(src))) {

@@ -33,6 +33,9 @@ class TapLink final : public LinkDecorator {
   bool direct_ok(in_addr dst) override;
   // Counted as the packet it stands for would be.
   bool send_direct(in_addr dst, const wire::PacketView& view) override;
+  // The same rules: no packet in pieces while a capture or the trace shows the
+  // bytes; counted as the packet would be.
+  bool send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) override;
 
  private:
   void receive(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::IpFields ip = {}) override;

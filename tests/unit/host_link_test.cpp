@@ -5,7 +5,8 @@
 // drop when the receiver never reads, and two links that fill each other's
 // queues finishing without a drop; the shared-memory rings: the socket mode
 // alongside, packets without their ICRC on a ring (and given one on any other
-// way), a sleeping receiver woken through its connection, a polling one not
+// way), packets in pieces into a ring (refused wherever the whole packet is
+// needed), a sleeping receiver woken through its connection, a polling one not
 // woken (the lease) and served after its lease, and a hostile
 // sender's ring costing that sender its connection, not the receiver.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -358,6 +360,75 @@ TEST(HostLink, APacketWithoutIcrcGetsItOnAnyOtherWay) {
   a.link->send(nobody, packet(3, 100), 0, false);
   ASSERT_EQ(a.udp.sent.size(), 1u);
   EXPECT_TRUE(icrc_holds(a.udp.last, a.addr, nobody));
+}
+
+// A packet in pieces (send_gathered: headers, payload pieces, zero tail) goes
+// into a ring whose receiver takes packets without their ICRC: the receiver
+// gets the packet build() writes, but for its ICRC field (0), marked as sent
+// without one. Where the whole packet or its ICRC is needed (no connection
+// yet, the socket mode, UDP, a receiver gone) it is refused and nothing goes:
+// the sender then builds it and send()s it.
+TEST(HostLink, APacketInPiecesIsTheBuiltPacketWithoutItsIcrc) {
+  RealTimeScheduler s;
+  End a(s, 1, 30s);
+  auto b = std::make_unique<End>(s, 2, 30s);
+  const in_addr baddr = b->addr;
+  wire::PacketHeaders h;
+  h.bth.opcode = wire::opcode::uc_send_only;
+  h.bth.dest_qp = 0x42;
+  h.bth.psn = 2;
+  Bytes payload(1001);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 13 + 1);
+  const std::span<const uint8_t> all(payload);
+  const std::span<const uint8_t> pieces[3] = {all.first(10), all.subspan(10, 500), all.subspan(510)};
+  uint8_t room[wire::kMaxHeaderBytes];
+  wire::GatheredPacket g;
+  ASSERT_TRUE(wire::gather(h, pieces, room, g));
+  EXPECT_FALSE(a.link->send_gathered(baddr, g, 0));  // no connection yet
+  a.link->send(baddr, packet(1));
+  b->drain_until(1);  // takes the ring up
+  ASSERT_TRUE(a.link->send_gathered(baddr, g, 0x2e));
+  b->drain_until(2);
+  ASSERT_EQ(b->rx.count(), 2u);
+  EXPECT_EQ(b->rx.psns, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(b->rx.ips[1], (wire::IpFields{0x2e, 64, true}));
+  wire::Ipv4Flow flow;
+  std::memcpy(flow.saddr.data(), &a.addr.s_addr, 4);
+  std::memcpy(flow.daddr.data(), &baddr.s_addr, 4);
+  flow.sport = flow.dport = wire::kRoceV2UdpPort;
+  const wire::IcrcFlow icrc{flow};
+  Bytes built(2048);
+  built.resize(wire::build(h, pieces, built, &icrc));
+  const Bytes& got = b->rx.last;
+  ASSERT_EQ(got.size(), built.size());
+  const size_t icrc_at = built.size() - wire::kIcrcBytes;
+  EXPECT_TRUE(std::equal(built.begin(), built.begin() + static_cast<std::ptrdiff_t>(icrc_at), got.begin()));
+  EXPECT_EQ(Bytes(got.begin() + static_cast<std::ptrdiff_t>(icrc_at), got.end()), Bytes(4, 0));
+  EXPECT_TRUE(a.udp.sent.empty());
+
+  // A payload in more pieces than a record gathers is built first.
+  std::vector<std::span<const uint8_t>> many;
+  for (size_t i = 0; i < 20; ++i) many.push_back(all.subspan(i * 50, 50));
+  wire::GatheredPacket g_many;
+  ASSERT_TRUE(wire::gather(h, many, room, g_many));
+  EXPECT_FALSE(a.link->send_gathered(baddr, g_many, 0));
+  // UDP (no device there) and the socket mode need the ICRC.
+  EXPECT_FALSE(a.link->send_gathered(test_addr(6), g, 0));
+  End c(s, 3, 30s, false);
+  c.link->send(baddr, packet(3));
+  b->drain_until(3);
+  EXPECT_FALSE(c.link->send_gathered(baddr, g, 0));
+  // A receiver that went away: refused, and the packet, built without its
+  // ICRC, gets one on the next way (UDP here).
+  b.reset();
+  EXPECT_FALSE(a.link->send_gathered(baddr, g, 0));
+  EXPECT_TRUE(a.udp.sent.empty());
+  Bytes no_icrc(2048);
+  no_icrc.resize(wire::build(h, pieces, no_icrc, nullptr));
+  a.link->send(baddr, no_icrc, 0, false);
+  ASSERT_EQ(a.udp.sent.size(), 1u);
+  EXPECT_EQ(a.udp.last, built);
+  EXPECT_EQ(a.counters.host_drops, 0u);
 }
 
 // A receiver whose progress thread sleeps is woken by the first packet in its
