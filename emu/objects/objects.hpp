@@ -210,6 +210,13 @@ class Device final : private fabric::PacketSink {
   bool transmit_direct(in_addr dst, const wire::PacketView& view) {
     return port_active() && link_->send_direct(dst, view);
   }
+  // A packet in pieces, without its ICRC (fabric::Link::send_gathered: its
+  // payload straight from registered memory into a same-host ring): false
+  // when it did not go (port down, a layer needs the whole packet, no such
+  // ring): the caller then builds the packet and transmit()s it.
+  bool transmit_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) {
+    return port_active() && link_->send_gathered(dst, packet, tos);
+  }
   // What admit() counts for a packet that arrived without bytes (the QP's
   // try_receive, from any thread: the counters are sharded by thread).
   void count_direct_rx(const wire::PacketView& view);

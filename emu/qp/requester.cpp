@@ -52,11 +52,20 @@ void Qp::transmit_locked(PacketHeaders& h, std::span<const std::span<const uint8
 
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
                             uint8_t tos) {
-  if (h.bth.dest_qp != wire::kMulticastQpn && transmit_direct_locked(dest, h, payload, tos)) return;
-  // Declared after the fast path, which does not need it: a thread-local with
+  Device& dev = device();
+  if (h.bth.dest_qp != wire::kMulticastQpn) {
+    if (transmit_direct_locked(dest, h, payload, tos)) return;
+    // To a device of another process of this host whose ring takes packets
+    // without their ICRC, with nothing on the way that needs the packet's
+    // bytes (fabric::Link::send_gathered): only the headers are encoded, and
+    // the payload is copied once, from this memory into the ring's record.
+    uint8_t headers[kMaxHeaderBytes];
+    GatheredPacket gathered;
+    if (gather(h, payload, headers, gathered) && dev.transmit_gathered(dest, gathered, tos)) return;
+  }
+  // Declared after the fast paths, which do not need it: a thread-local with
   // a constructor costs a lookup and a guard check where it is declared.
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);
-  Device& dev = device();
   // To a device of this process, with no capture to show it, the ICRC is not
   // computed (fabric::Link::needs_icrc); the multicast QPN always gets one,
   // as its receivers find the group by it.

@@ -43,6 +43,7 @@ struct Packet {
   const wire::OpcodeInfo* op = nullptr;
   size_t payload = 0;
   uint8_t tos = 0;  // the IPv4 TOS byte it was sent with
+  bool gathered = false;  // sent in pieces, without its ICRC (FakeWire::take_gathered)
 
   uint32_t psn() const { return bth.psn; }
   bool is_request() const { return op->is_request; }
@@ -69,7 +70,9 @@ inline Packet decode(in_addr src, in_addr dst, std::span<const uint8_t> bytes) {
 
 // A device's link in the test's hands. What the device sends is recorded in
 // `sent` and waits in `outbox`; the test moves it to the peer's `inbox`, which
-// the peer's receive path drains as it drains a socket.
+// the peer's receive path drains as it drains a socket. With take_gathered it
+// also takes packets in pieces (fabric::Link::send_gathered), as a same-host
+// ring does: put together, without their ICRC, and received marked so.
 class FakeWire final : public fabric::Link {
  public:
   explicit FakeWire(in_addr self) : self_(self) {}
@@ -79,10 +82,26 @@ class FakeWire final : public fabric::Link {
     sent.back().tos = tos;
     outbox.push_back(sent.back());
   }
+  bool send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) override {
+    if (!take_gathered) return false;
+    Bytes bytes(packet.headers.begin(), packet.headers.end());
+    for (const auto& piece : packet.payload) bytes.insert(bytes.end(), piece.begin(), piece.end());
+    bytes.insert(bytes.end(), packet.tail.begin(), packet.tail.end());
+    EXPECT_EQ(bytes.size(), packet.size);
+    sent.push_back(decode(self_, dst, bytes));
+    sent.back().tos = tos;
+    sent.back().gathered = true;
+    outbox.push_back(sent.back());
+    return true;
+  }
   bool drain() override {
     std::deque<Packet> now;
     now.swap(inbox);  // receiving may send, never into the inbox
-    for (const Packet& p : now) up_->receive(p.src, wire::kRoceV2UdpPort, p.bytes);
+    for (const Packet& p : now) {
+      wire::IpFields ip;
+      ip.icrc_skipped = p.gathered;
+      up_->receive(p.src, wire::kRoceV2UdpPort, p.bytes, ip);
+    }
     return !now.empty();
   }
   void watch() override {}  // nothing arrives on its own: the test delivers
@@ -94,6 +113,7 @@ class FakeWire final : public fabric::Link {
   std::vector<Packet> sent;   // everything the device sent, in order
   std::deque<Packet> outbox;  // sent, not yet delivered or dropped
   std::deque<Packet> inbox;   // delivered, not yet received
+  bool take_gathered = false;
 
  private:
   in_addr self_;
