@@ -78,7 +78,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -195,9 +194,12 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   };
   // Packets taken for delivery. in_place: ring records are left where they
   // are, and their rings held (HostRing::hold) until delivered; else copied.
+  // Vectors: every poll makes a batch, and one that finds nothing allocates
+  // nothing (a std::deque allocates when it is made: a malloc and free per
+  // ibv_poll_cq, 5 % of a streaming client's samples).
   struct Batch {
     explicit Batch(bool place) : in_place(place) {}
-    std::deque<Datagram> packets;
+    std::vector<Datagram> packets;
     std::vector<std::shared_ptr<HostRing>> held;
     bool in_place;
   };
