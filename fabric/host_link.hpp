@@ -71,7 +71,10 @@
 // copies the payload once), and they carry no ICRC to a receiver that
 // published kRingTakesNoIcrc in the ring, marked by their prefix ('S' 'V' 4).
 // A packet built without its ICRC that ends up going another way gets it in
-// send().
+// send(). Where nothing on the sender's side needs the whole packet either, it
+// comes in pieces (send_gathered, fabric/host_gather.cpp: headers, payload
+// straight from the sender's registered memory, zero tail), copied once into
+// the record the built packet would have made.
 #pragma once
 
 #include <netinet/in.h>
