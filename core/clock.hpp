@@ -65,6 +65,9 @@ class Scheduler {
   virtual void idle_poll() {}
   // The calling thread does work (it posts, or a poll found completions).
   virtual void note_busy() {}
+  // The calling thread armed a completion channel (ibv_req_notify_cq): it may
+  // block next, maybe outside the library (a poll() of the channel's fd).
+  virtual void note_may_block() {}
   // The calling thread is about to block until fd becomes readable (the read in
   // ibv_get_cq_event, ibv_get_async_event, rdma_get_cm_event): returns once it
   // is readable, having run engine work meanwhile. The default returns at once

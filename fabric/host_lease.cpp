@@ -1,7 +1,8 @@
 // HostLink's wake-up leases (see host_link.hpp): an application thread that
 // polls the rings lends their senders a lease, so that they leave out the
 // wake-up of a progress thread that would only find its poller's packets
-// taken; its end (note_busy, wait_readable) and its running out (a timer);
+// taken; its end (note_busy; note_may_block, wait_readable, which end the
+// lease for answers too) and its running out (a timer);
 // and the time an application thread's poll reads for it.
 #include <chrono>
 #include <cstdint>
@@ -72,6 +73,7 @@ void HostLink::renew_lease_locked(Clock::time_point now) {
   const Clock::duration::rep until = lease_until_.load(std::memory_order_relaxed);
   if (until != 0 && Clock::time_point(Clock::duration(until)) - now > kLease / 2) return;
   const Clock::time_point next = now + kLease;
+  answers_until_.store(next.time_since_epoch().count(), std::memory_order_relaxed);
   lease_until_.store(next.time_since_epoch().count(), std::memory_order_relaxed);
   // Before the rings say so: the next note_busy() must end it.
   scheduler_.hold_leases();
@@ -83,33 +85,37 @@ void HostLink::renew_lease_locked(Clock::time_point now) {
     });
 }
 
-// On an application thread that goes off to work or to block.
-void HostLink::end_lease() {
-  if (lease_until_.exchange(0, std::memory_order_relaxed) == 0) return;
+// On an application thread that goes off to work (answers_too false: its
+// answer lease stays) or may block.
+void HostLink::end_lease(bool answers_too) {
+  const bool had = lease_until_.exchange(0, std::memory_order_relaxed) != 0;
+  const bool had_answers = answers_too && answers_until_.exchange(0, std::memory_order_relaxed) != 0;
+  if (!had && !had_answers) return;
   bool arrived = false;
   {
     std::lock_guard lock(rx_mu_);
     for (Conn& c : connections_)
-      if (c.ring) arrived |= c.ring->end_lease();
+      if (c.ring) arrived |= c.ring->end_lease(answers_too);
   }
   // Records that came under the lease may have come without a wake-up. This
   // thread (an application's, in a post, a poll that found completions or
   // before it blocks) takes them itself, as its next poll would have: a
   // serve() of the progress thread would preempt it on its CPU once per
-  // completion (the wake-ups a streaming ib_write_bw client paid). A few looks
-  // at most, so a post is not held up by a stream; what is left then, or
-  // packets a waiting sender took aside (older: they go first), goes to the
-  // progress thread as before. A record put after end_lease() found the lease
-  // gone and woke the receiver itself.
+  // completion (the wake-ups a streaming ib_write_bw client paid). It looks
+  // through the device (Receiver::try_poll), whose receive lock keeps the
+  // packets in their order against the progress thread's and other
+  // application threads' drains, and only if that lock is free: a thread
+  // that holds it reads what waits. A few looks at most, so a post is not
+  // held up by a stream; what is left then goes to the progress thread as
+  // before. A record put after end_lease() found the lease gone (or, for an
+  // answer, found the answer lease, which check_lease() serves when it runs
+  // out, or the thread's next poll reads) and woke the receiver itself.
+  ending_lease(true);
   for (int look = 0; arrived && look < kEndLooks; ++look) {
-    Batch batch(true);
-    {
-      std::lock_guard lock(rx_mu_);
-      if (stash_pending_.load(std::memory_order_acquire) || !read_rings_locked(batch)) break;
-    }
-    deliver(batch);
+    if (!up_->try_poll()) break;
     arrived = rings_pending();
   }
+  ending_lease(false);
   if (arrived && !serve_posted_.exchange(true))
     scheduler_.post([this] {
       serve_posted_.store(false);
@@ -119,7 +125,8 @@ void HostLink::end_lease() {
 
 void HostLink::check_lease() {
   lease_timer_.store(false);
-  const Clock::duration::rep until = lease_until_.load(std::memory_order_relaxed);
+  // The answer lease is never shorter than the lease: it decides.
+  const Clock::duration::rep until = answers_until_.load(std::memory_order_relaxed);
   if (until == 0) return;  // ended by its thread, which served what came
   const Clock::time_point end{Clock::duration(until)};
   if (scheduler_.clock().now() < end) {
@@ -131,9 +138,12 @@ void HostLink::check_lease() {
     return;
   }
   // Over, and its thread polls no more: what senders left without a wake-up
-  // is served now (the rings keep the old lease, which has passed).
+  // is served now (the rings keep the old leases, which have passed).
   Clock::duration::rep expected = until;
-  lease_until_.compare_exchange_strong(expected, 0);
+  if (answers_until_.compare_exchange_strong(expected, 0)) {
+    expected = until;
+    lease_until_.compare_exchange_strong(expected, 0);
+  }
   serve();
 }
 

@@ -20,6 +20,7 @@
 #include "core/log.hpp"
 #include "wire/headers.hpp"
 #include "wire/icrc.hpp"
+#include "wire/opcode.hpp"
 
 namespace softverbs::fabric {
 namespace {
@@ -75,9 +76,11 @@ constexpr int kPerRing = 64;
 // poll again soon, on the CPU the progress thread would spin on, so the
 // progress thread sleeps at once instead.
 constexpr auto kAppPolling = std::chrono::microseconds(200);
-// The progress thread's serve() is running on this thread (its drains are not
-// an application's polls).
-thread_local bool in_serve = false;
+// What this thread's polls are: an application's (they lend leases), the
+// progress thread's serve() or an application thread's end_lease() (they do
+// not).
+enum class RxRole : uint8_t { app, serve, end_lease };
+thread_local RxRole rx_role = RxRole::app;
 
 
 inline void cpu_relax() {
@@ -366,8 +369,10 @@ int HostLink::send_ring(Peer& peer, in_addr dst, std::span<const std::span<const
     pollfd p{peer.fd, POLLRDHUP, 0};
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) return -1;
   }
-  // A receiver whose application polls its rings is not woken (its lease).
-  if (ring.armed() && ring.take_wake(lease_horizon_ns())) {
+  // A receiver whose application polls its rings is not woken (its leases).
+  // The packet's first piece after the prefix starts with its BTH.
+  const bool answer = parts.size() > 1 && !parts[1].empty() && wire::answers_requester(parts[1][0]);
+  if (ring.armed() && ring.take_wake(lease_horizon_ns(), answer)) {
     wakeups_.fetch_add(1, std::memory_order_relaxed);
     uint8_t msg[kPrefix] = {};
     std::memcpy(msg, kWakeMagic, sizeof kWakeMagic);
@@ -625,7 +630,7 @@ bool HostLink::read_connection_locked(int conn, Batch& out) {
     }
     for (int f : fds) ::close(f);
     if (static_cast<size_t>(n) >= kPrefix && std::memcmp(buf.data(), kWakeMagic, sizeof kWakeMagic) == 0 &&
-        !in_serve) {
+        rx_role != RxRole::serve) {
       // A wake-up meant for the progress thread, read by another: the ring
       // it announced stays unarmed (no further wake-up comes) until the
       // progress thread has looked at it, so it must run (from watch() if
@@ -682,11 +687,12 @@ bool HostLink::drain() {
 
 bool HostLink::poll_shared() {
   if (fd_ < 0 || !any_ring_.load(std::memory_order_relaxed)) return false;
-  const Clock::time_point now = in_serve ? Clock::time_point{} : poll_time();
+  const bool app = rx_role == RxRole::app;
+  const Clock::time_point now = app ? poll_time() : Clock::time_point{};
   Batch batch(true);
   {
     std::lock_guard lock(rx_mu_);
-    if (!in_serve && leases_) renew_lease_locked(now);
+    if (app && leases_) renew_lease_locked(now);
     // Packets a waiting sender took aside are older than the rings' own.
     if (stash_pending_.load(std::memory_order_acquire)) return false;
     if (!read_rings_locked(batch)) return false;
@@ -695,6 +701,8 @@ bool HostLink::poll_shared() {
   deliver(batch);
   return got;
 }
+
+void HostLink::ending_lease(bool on) { rx_role = on ? RxRole::end_lease : RxRole::app; }
 
 bool HostLink::rings_pending() {
   std::lock_guard lock(rx_mu_);
@@ -707,10 +715,10 @@ bool HostLink::rings_pending() {
 // wake-up, a new connection, a packet on a connection) and whenever it
 // reschedules itself.
 void HostLink::serve() {
-  in_serve = true;
+  rx_role = RxRole::serve;
   up_->ready();
   if (!any_ring_.load(std::memory_order_relaxed)) {
-    in_serve = false;
+    rx_role = RxRole::app;
     return;
   }
   const Clock& clock = scheduler_.clock();
@@ -724,7 +732,7 @@ void HostLink::serve() {
       if (now - start > kMaxServe) {
         // Still busy: come back after the other work of this thread.
         scheduler_.post([this] { serve(); });
-        in_serve = false;
+        rx_role = RxRole::app;
         return;
       }
       idle_until = now + kSpin;
@@ -733,7 +741,7 @@ void HostLink::serve() {
     if (clock.now() >= idle_until) break;
     for (int i = 0; i < 64; ++i) cpu_relax();
   }
-  in_serve = false;
+  rx_role = RxRole::app;
   bool arrived = false;
   {
     std::lock_guard lock(rx_mu_);

@@ -58,12 +58,20 @@
 // peer's SEND in ib_send_lat). Such a poll writes a lease into its rings (now +
 // kLease, renewed at half-time), and a sender that finds one leaves need_wake
 // for later instead of waking. The lease ends when the thread goes off to work
-// or to block (RealTimeScheduler::note_busy, wait_readable: the rings get 0,
-// and records that came meanwhile are read by that thread itself, as its next
-// poll would have, the few looks' rest by the progress thread), or, for a thread that just
-// stops polling, when it runs out: a timer of the progress thread then serves
-// what came. A sender leaves a wake-up out only while the lease lasts beyond
-// its clock by kLeaseMargin.
+// (RealTimeScheduler::note_busy: it posts, or a poll found completions) or may
+// block (note_may_block, wait_readable): the rings get 0, and records that
+// came meanwhile are read by that thread itself, as its next poll would have,
+// the few looks' rest by the progress thread. Answers to this device's own
+// requests (ACKs, RDMA READ and atomic responses) have a lease of their own
+// that going off to work does not end: what they bring is seen only by a
+// poll, which reads the rings, or by a thread that blocks through the
+// library, which ends it; so a streaming requester (ib_write_bw's client,
+// which posts and finds completions all the time) is not preempted by its
+// progress thread for every burst of ACKs. A thread that stops polling
+// without blocking through the library leaves a packet that came meanwhile
+// waiting until the lease runs out (at most kLease): a timer of the progress
+// thread then serves what came. A sender leaves a wake-up out only while the
+// lease lasts beyond its clock by kLeaseMargin.
 //
 // Two costs a ring does not need (docs/wire.md §1.1.1): its packets are parsed
 // where they lie in the mapping (only the record's length and prefix are read
@@ -241,10 +249,12 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   Clock::time_point poll_time();
   // What a sender compares a receiver's lease with: now, plus the margin.
   uint64_t lease_horizon_ns() const;
-  void end_lease() override;
+  void end_lease(bool answers_too) override;
   // The progress thread, when a lease may have run out: serves what came.
   void check_lease();
   bool rings_pending();
+  // This thread's polls are end_lease()'s looks (they renew no lease) while on.
+  static void ending_lease(bool on);
   // Hands a batch up, then lets go of the rings it held.
   void deliver(Batch& batch);
   // Waits for room at the peer until `deadline`, taking this device's own
@@ -279,20 +289,22 @@ class HostLink final : public LinkDecorator, private RealTimeScheduler::LeaseHol
   std::vector<Conn> connections_;
   // Our connections to the receivers we write rings to, watched for their end.
   std::unordered_map<int, std::weak_ptr<Peer>> outgoing_;
-  std::atomic<bool> any_ring_{false};
-  std::atomic<bool> serve_posted_{false};
+  std::atomic<bool> any_ring_{false};      // some connection has a ring: poll_shared looks
+  std::atomic<bool> serve_posted_{false};  // a serve() is queued (for a wake-up another thread read, a lease's rest)
   std::atomic<bool> watching_{false};  // watch() ran: the progress thread serves this link
-  std::atomic<bool> unserved_wake_{false};  // a wake-up was read before watch()  // a serve() for a wake-up another thread read is queued
+  std::atomic<bool> unserved_wake_{false};  // a wake-up was read before watch()
   // When an application thread last polled the rings (Clock ticks since its epoch).
-  std::atomic<Clock::duration::rep> app_poll_{0};  // some connection has a ring: poll_shared looks
+  std::atomic<Clock::duration::rep> app_poll_{0};
   Batch stash_{false};
   std::atomic<bool> stash_pending_{false};
 
   // The wake-up lease (see the file comment): whether this link lends them
   // (its scheduler hears the application threads), until when the rings say
-  // (Clock ticks; 0: none), and whether check_lease() is queued.
+  // for every packet and for answers (Clock ticks; 0: none; answers_until_
+  // is never before lease_until_), and whether check_lease() is queued.
   bool leases_ = false;
   std::atomic<Clock::duration::rep> lease_until_{0};
+  std::atomic<Clock::duration::rep> answers_until_{0};
   std::atomic<bool> lease_timer_{false};
   // check_lease() runs on a timer: it finds this link gone through it.
   std::shared_ptr<char> alive_ = std::make_shared<char>(0);

@@ -22,8 +22,9 @@ constexpr size_t kTailAt = 128;
 constexpr size_t kWakeAt = 192;
 constexpr size_t kClosedAt = 256;
 constexpr size_t kAttachedAt = 320;
-// On need_wake's line: a producer that finds need_wake set reads both.
+// On need_wake's line: a producer that finds need_wake set reads them all.
 constexpr size_t kLeaseAt = kWakeAt + 8;
+constexpr size_t kAnswerLeaseAt = kWakeAt + 16;
 constexpr size_t kRecordHeader = 8;
 
 constexpr size_t round8(size_t n) { return (n + 7) & ~size_t{7}; }
@@ -133,12 +134,13 @@ bool HostRing::closed() const { return at(base_, kClosedAt).load(std::memory_ord
 
 bool HostRing::attached() const { return at(base_, kAttachedAt).load(std::memory_order_acquire) != 0; }
 
-bool HostRing::take_wake(uint64_t now_ns) {
+bool HostRing::take_wake(uint64_t now_ns, bool answer) {
   auto wake = at(base_, kWakeAt);
   if (wake.load(std::memory_order_seq_cst) == 0) return false;
   // seq_cst against end_lease(): either this sees the lease gone, or the
   // consumer ending it sees the record put before.
   if (at(base_, kLeaseAt).load(std::memory_order_seq_cst) > now_ns) return false;
+  if (answer && at(base_, kAnswerLeaseAt).load(std::memory_order_seq_cst) > now_ns) return false;
   return wake.exchange(0, std::memory_order_seq_cst) != 0;
 }
 
@@ -202,10 +204,14 @@ void HostRing::disarm() {
 
 bool HostRing::armed() const { return at(base_, kWakeAt).load(std::memory_order_seq_cst) != 0; }
 
-void HostRing::lease(uint64_t until_ns) { at(base_, kLeaseAt).store(until_ns, std::memory_order_seq_cst); }
+void HostRing::lease(uint64_t until_ns) {
+  at(base_, kAnswerLeaseAt).store(until_ns, std::memory_order_seq_cst);
+  at(base_, kLeaseAt).store(until_ns, std::memory_order_seq_cst);
+}
 
-bool HostRing::end_lease() {
+bool HostRing::end_lease(bool answers_too) {
   at(base_, kLeaseAt).store(0, std::memory_order_seq_cst);
+  if (answers_too) at(base_, kAnswerLeaseAt).store(0, std::memory_order_seq_cst);
   return at(base_, kHeadAt).load(std::memory_order_seq_cst) != read_;
 }
 

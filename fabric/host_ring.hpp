@@ -11,10 +11,12 @@
 // down sends one wake-up), plus `closed` (the consumer is gone), `attached`
 // (the consumer has mapped it: bit 0, and above it the features its owner
 // takes, which the producer may use; consumers before features wrote 1) and
-// `lease` (on need_wake's line: until when, in ns of the host's
-// CLOCK_MONOTONIC, the consumer's application polls the ring itself: a
-// producer then leaves need_wake for later instead of waking it; 0: none; a
-// consumer that writes nonsense there only delays its own wake-ups). A
+// `lease` and `answer_lease` (on need_wake's line: until when, in ns of the
+// host's CLOCK_MONOTONIC, the consumer's application polls the ring itself: a
+// producer then leaves need_wake for later instead of waking it, for any
+// packet under `lease`, for answers to the consumer's own requests (ACKs,
+// RDMA READ and atomic responses) under `answer_lease`; 0: none; a consumer
+// that writes nonsense there only delays its own wake-ups). A
 // record is a 32-bit length, 4 reserved bytes, then that many bytes, padded to 8; a
 // record that does not fit before the end is preceded by a wrap mark (length
 // kWrap) and starts at offset 0. A record never exceeds kMaxRecord.
@@ -74,8 +76,9 @@ class HostRing {
   // After put: true once per consumer sleep, when the producer must wake it.
   bool take_wake();
   // The same, but false while the consumer's lease lasts beyond now_ns (it
-  // polls the ring itself): need_wake then stays for a later put.
-  bool take_wake(uint64_t now_ns);
+  // polls the ring itself), or, for an `answer` (an ACK, an RDMA READ or
+  // atomic response), its answer lease: need_wake then stays for a later put.
+  bool take_wake(uint64_t now_ns, bool answer = false);
   // The consumer said it is gone.
   bool closed() const;
   // The consumer has mapped the ring (attach() says so in the header).
@@ -109,11 +112,12 @@ class HostRing {
   // Whether a wake-up is asked for (armed and not yet taken down).
   bool armed() const;
   // The consumer's application polls the ring until until_ns (a promise its
-  // owner keeps with a timer: fabric/host_lease.cpp).
+  // owner keeps with a timer: fabric/host_lease.cpp): both leases.
   void lease(uint64_t until_ns);
-  // Ends the lease; true if records arrived meanwhile (they may have come
-  // without a wake-up: the caller takes them).
-  bool end_lease();
+  // Ends the lease, and the answer lease too if answers_too; true if records
+  // arrived meanwhile (they may have come without a wake-up: the caller takes
+  // them).
+  bool end_lease(bool answers_too);
   void close();
 
   // Tests: the raw mapping, to write hostile contents into it.

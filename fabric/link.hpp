@@ -53,6 +53,11 @@ class Receiver {
   // Datagrams may be waiting: called on the scheduler's thread; the receiver
   // drains the link under whatever serialises its drains.
   virtual void ready() = 0;
+  // On an application thread that ends its wake-up lease (fabric/host_link.hpp):
+  // one look at the link (Link::poll) now, under whatever serialises the
+  // receiver's drains, if that is free; false (and nothing read) if another
+  // thread holds it. Default: false.
+  virtual bool try_poll() { return false; }
   // A request or response from a device of this process handed over without
   // packet bytes (Link::send_direct): `view` is what parsing the packet would
   // give, its payload pointing into the sender's memory for the duration of
@@ -177,6 +182,7 @@ class LinkDecorator : public Link, protected Receiver {
     up_->receive(src, sport, packet, ip);
   }
   void ready() override { up_->ready(); }
+  bool try_poll() override { return up_->try_poll(); }
 
   Link& inner_;
   Receiver* up_ = nullptr;

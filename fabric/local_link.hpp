@@ -108,6 +108,7 @@ class LocalLink final : public Link, private Receiver {
     outside_ready_.store(true, std::memory_order_release);
     up_->ready();
   }
+  bool try_poll() override { return up_->try_poll(); }
 
   LocalHub& hub_;
   in_addr addr_;

@@ -150,11 +150,20 @@ void RealTimeScheduler::note_busy() {
   // One load on the posting and polling paths while nobody holds a lease.
   if (!leases_held_.load(std::memory_order_relaxed) || !leases_held_.exchange(false, std::memory_order_seq_cst)) return;
   std::lock_guard lock(holders_mu_);
-  for (LeaseHolder* h : holders_) h->end_lease();
+  for (LeaseHolder* h : holders_) h->end_lease(false);
+}
+
+void RealTimeScheduler::note_may_block() {
+  if (!answer_leases_held_.load(std::memory_order_relaxed) ||
+      !answer_leases_held_.exchange(false, std::memory_order_seq_cst))
+    return;
+  leases_held_.store(false, std::memory_order_seq_cst);
+  std::lock_guard lock(holders_mu_);
+  for (LeaseHolder* h : holders_) h->end_lease(true);
 }
 
 // About to block on an event fd: whatever the thread polled, it polls no more.
-void RealTimeScheduler::wait_readable(int /*fd*/) { note_busy(); }
+void RealTimeScheduler::wait_readable(int /*fd*/) { note_may_block(); }
 
 bool RealTimeScheduler::hears_applications() const { return !process_wide_ || &process_scheduler() == this; }
 

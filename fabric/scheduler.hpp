@@ -35,12 +35,14 @@ class RealTimeScheduler final : public Scheduler {
   void at(Clock::time_point when, Task f) override;
 
   // Application threads' hints (Scheduler::note_busy, idle_poll,
-  // wait_readable): this scheduler runs no engine work in them, but a link may
-  // lend its peers a wake-up lease while an application thread polls
-  // (fabric/host_link.hpp), which must end when that thread goes off to work or
-  // to block. note_busy() and wait_readable() end the leases of the holders
-  // (after hold_leases() said some may be held).
+  // note_may_block, wait_readable): this scheduler runs no engine work in
+  // them, but a link may lend its peers a wake-up lease while an application
+  // thread polls (fabric/host_link.hpp), which must end when that thread goes
+  // off to work (note_busy: the lease for everything but the answers to its
+  // own requests) or may block (note_may_block, wait_readable: every lease),
+  // after hold_leases() said some may be held.
   void note_busy() override;
+  void note_may_block() override;
   void wait_readable(int fd) override;
   // Whether application threads' hints reach this scheduler: false for the
   // process's instance when the process runs on virtual time (the hints go to
@@ -48,16 +50,21 @@ class RealTimeScheduler final : public Scheduler {
   bool hears_applications() const;
   class LeaseHolder {
    public:
-    // On an application thread: end the lease (its peers wake it again).
-    virtual void end_lease() = 0;
+    // On an application thread: end the lease (its peers wake it again), and
+    // the lease for answers too if answers_too.
+    virtual void end_lease(bool answers_too) = 0;
 
    protected:
     ~LeaseHolder() = default;
   };
   void add_lease_holder(LeaseHolder* h);
   void remove_lease_holder(LeaseHolder* h);
-  // A holder took a lease: the next note_busy()/wait_readable() ends them.
-  void hold_leases() noexcept { leases_held_.store(true, std::memory_order_seq_cst); }
+  // A holder took a lease: the next note_busy() ends them, the next
+  // note_may_block()/wait_readable() them and their answer leases.
+  void hold_leases() noexcept {
+    answer_leases_held_.store(true, std::memory_order_seq_cst);
+    leases_held_.store(true, std::memory_order_seq_cst);
+  }
 
   // Calls on_ready on the engine's thread whenever fd becomes readable, for the
   // rest of this scheduler's life; on_ready drains fd (non-blocking). The wait
@@ -74,6 +81,7 @@ class RealTimeScheduler final : public Scheduler {
   std::once_flag started_;
   bool process_wide_ = false;  // instance(): never destroyed, its thread detached
   std::atomic<bool> leases_held_{false};
+  std::atomic<bool> answer_leases_held_{false};
   std::mutex holders_mu_;
   std::vector<LeaseHolder*> holders_;
 };

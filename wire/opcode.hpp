@@ -91,6 +91,10 @@ struct OpcodeInfo {
 // Metadata for any opcode byte; unlisted opcodes give an entry with valid == false.
 constexpr const OpcodeInfo& opcode_info(std::uint8_t opcode) noexcept;
 
+// Whether the opcode answers a requester (an ACK or NAK, an RDMA READ response,
+// an atomic ACK), as opposed to a request or a CNP.
+constexpr bool answers_requester(std::uint8_t opcode) noexcept;
+
 // Byte offset from the start of the BTH of extension header `bit`, which the
 // opcode must carry.
 constexpr std::size_t header_offset(const OpcodeInfo& info, std::uint16_t bit) noexcept;
@@ -331,6 +335,11 @@ inline constexpr std::array<OpcodeInfo, 256> kOpcodeTable = make_opcode_table();
 
 constexpr const OpcodeInfo& opcode_info(std::uint8_t opcode) noexcept {
   return detail::kOpcodeTable[opcode];
+}
+
+constexpr bool answers_requester(std::uint8_t opcode) noexcept {
+  const OpClass c = opcode_info(opcode).op_class;
+  return c == OpClass::ack || c == OpClass::rdma_read_response || c == OpClass::atomic_ack;
 }
 
 constexpr std::size_t header_offset(const OpcodeInfo& info, std::uint16_t bit) noexcept {

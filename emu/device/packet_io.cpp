@@ -98,6 +98,13 @@ void Device::ready() {
   }
 }
 
+bool Device::try_poll() {
+  std::unique_lock lock(rx_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  (void)link_->poll();
+  return true;
+}
+
 // The checks every received datagram passes before the fault layer sees it.
 bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& pkt,
                    wire::IpFields ip) {

@@ -274,6 +274,8 @@ class Device final : private fabric::PacketSink {
   bool forge_nak(const wire::PacketView& view, uint8_t syndrome) override;
   bool forge_reject(in_addr src, const wire::PacketView& view, uint16_t reason) override;
   void ready() override;
+  // One poll of the link if rx_mu_ is free (fabric::Receiver::try_poll).
+  bool try_poll() override;
   // A request or response from a device of this process without bytes
   // (fabric::Receiver::receive_direct): only try-locks, as the sender holds its
   // QP's lock; refused for QP1 and multicast, which keep the packet path.

@@ -73,7 +73,13 @@ int op_poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
     dev.scheduler().note_busy();
   return got;
 }
-int op_req_notify_cq(ibv_cq* cq, int solicited_only) { return Cq::from(cq)->arm(solicited_only); }
+int op_req_notify_cq(ibv_cq* cq, int solicited_only) {
+  Cq* c = Cq::from(cq);
+  // Armed to block, maybe in a poll() of the channel's fd that the library
+  // never sees: nothing this thread polled may wait for its next poll.
+  c->context().device().scheduler().note_may_block();
+  return c->arm(solicited_only);
+}
 
 // ---- verbs_context slots ----------------------------------------------------
 

@@ -159,11 +159,13 @@ TEST(RealTimeScheduler, RunsDeadlinesInOrderAndNotEarly) {
 }
 
 // The application threads' hints end the leases of the holders, once per
-// hold_leases().
+// hold_leases(): going off to work the leases but for answers, the hints that
+// the thread may block every lease.
 TEST(RealTimeScheduler, BusyHintsEndTheLeasesHeld) {
   struct Holder final : RealTimeScheduler::LeaseHolder {
-    void end_lease() override { ++ended; }
+    void end_lease(bool answers_too) override { ++(answers_too ? ended_all : ended); }
     int ended = 0;
+    int ended_all = 0;
   };
   RealTimeScheduler s;
   EXPECT_TRUE(s.hears_applications());  // not the process's: its owner gives the hints
@@ -171,18 +173,27 @@ TEST(RealTimeScheduler, BusyHintsEndTheLeasesHeld) {
   s.add_lease_holder(&a);
   s.add_lease_holder(&b);
   s.note_busy();  // nothing held: nobody is called
-  EXPECT_EQ(a.ended + b.ended, 0);
+  s.note_may_block();
+  EXPECT_EQ(a.ended + b.ended + a.ended_all + b.ended_all, 0);
   s.hold_leases();
   s.note_busy();
   EXPECT_EQ(a.ended, 1);
   EXPECT_EQ(b.ended, 1);
   s.note_busy();  // ended already
   EXPECT_EQ(a.ended, 1);
+  EXPECT_EQ(a.ended_all, 0);
+  s.note_may_block();  // the answer leases, still held
+  EXPECT_EQ(a.ended_all, 1);
+  EXPECT_EQ(b.ended_all, 1);
+  s.note_may_block();
+  EXPECT_EQ(a.ended_all, 1);
   s.remove_lease_holder(&b);
   s.hold_leases();
-  s.wait_readable(-1);  // about to block: the same, and it returns at once
-  EXPECT_EQ(a.ended, 2);
-  EXPECT_EQ(b.ended, 1);
+  s.wait_readable(-1);  // about to block: every lease, and it returns at once
+  EXPECT_EQ(a.ended_all, 2);
+  EXPECT_EQ(b.ended_all, 1);
+  s.note_busy();  // ended with the rest
+  EXPECT_EQ(a.ended, 1);
   s.remove_lease_holder(&a);
 }
 

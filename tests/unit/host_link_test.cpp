@@ -78,6 +78,17 @@ uint32_t psn_of(std::span<const uint8_t> p) {
   return v.bth.psn;
 }
 
+// An RC ACK, told apart by its PSN: an answer to the receiver's own request.
+Bytes ack(uint32_t psn) {
+  wire::PacketHeaders h;
+  h.bth.opcode = wire::opcode::rc_acknowledge;
+  h.bth.dest_qp = 0x42;
+  h.bth.psn = psn & 0xffffff;
+  Bytes out(128);
+  out.resize(wire::build(h, std::span<const uint8_t>(), out, nullptr));
+  return out;
+}
+
 // Receives on the draining thread; ready() comes from the scheduler's thread.
 class Collector final : public Receiver {
  public:
@@ -90,6 +101,12 @@ class Collector final : public Receiver {
     last.assign(p.begin(), p.end());
   }
   void ready() override { ++readies; }
+  // A thread ending its lease looks at the rings through here (the device's
+  // serialisation: here every delivery is on the test's thread).
+  bool try_poll() override {
+    (void)link->poll_shared();
+    return true;
+  }
   size_t count() {
     std::lock_guard lock(mu);
     return psns.size();
@@ -101,6 +118,7 @@ class Collector final : public Receiver {
   std::vector<uint32_t> psns;
   Bytes last;
   std::atomic<int> readies{0};
+  Link* link = nullptr;
 };
 
 // What reaches the UDP side.
@@ -131,6 +149,7 @@ struct End {
     link = std::make_unique<HostLink>(udp, s, fd, addr, counters, HostLinkOptions{true, wait, ring},
                                       "end" + std::to_string(k));
     link->attach(rx);
+    rx.link = link.get();
   }
   // Drains until `n` packets arrived or 30 s passed (a failure, not a wait).
   void drain_until(size_t n) {
@@ -588,6 +607,65 @@ TEST(HostLink, WhatCameUnderALeaseIsServedAfterIt) {
     EXPECT_EQ(b.rx.count(), ended ? 2u : 3u);
     ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
   }
+  sched.reset();
+}
+
+// Going off to work (a post, a poll that found completions) ends the lease
+// but not the answer lease: the next request wakes the receiver, an ACK does
+// not (its thread's next poll reads it); a hint that the thread may block
+// (ibv_req_notify_cq) ends that too. An ACK held back is served by the
+// progress thread once the answer lease runs out.
+TEST(HostLink, AnswersKeepTheirLeaseWhileTheApplicationWorks) {
+  auto sched = std::make_unique<RealTimeScheduler>();
+  RealTimeScheduler& s = *sched;
+  End a(s, 1, 30s), b(s, 2, 30s);
+  b.link->watch();
+  a.link->send(b.addr, packet(1));
+  b.drain_until(1);
+  uint32_t psn = 2;
+  // A lease lasts 1 ms of real time: a test thread descheduled longer than
+  // that sees a wake-up for the ACK too, and tries again.
+  bool held_back = false;
+  for (int attempt = 0; attempt < 20 && !held_back; ++attempt) {
+    ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+    (void)b.link->poll_shared();  // a lease
+    s.note_busy();                // off to work: nothing came, nothing read
+    uint64_t woken = a.link->wakeups();
+    a.link->send(b.addr, ack(psn));
+    held_back = a.link->wakeups() == woken;
+    b.drain_until(psn);  // the next poll takes it
+    ASSERT_EQ(b.rx.count(), psn);
+    ++psn;
+    if (!held_back) continue;
+    ASSERT_EQ(b.link->armed_rings(), 1u);
+    woken = a.link->wakeups();
+    a.link->send(b.addr, packet(psn));  // a request: woken
+    EXPECT_EQ(a.link->wakeups(), woken + 1);
+    b.drain_until(psn);
+    ASSERT_EQ(b.rx.count(), psn);
+    ++psn;
+  }
+  EXPECT_TRUE(held_back);
+  // May block: an ACK wakes it again.
+  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  (void)b.link->poll_shared();
+  s.note_may_block();
+  uint64_t woken = a.link->wakeups();
+  a.link->send(b.addr, ack(psn));
+  EXPECT_EQ(a.link->wakeups(), woken + 1);
+  b.drain_until(psn);
+  ASSERT_EQ(b.rx.count(), psn);
+  ++psn;
+  // An ACK under the answer lease, and no poll after it: the progress thread
+  // serves it when the lease runs out.
+  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  (void)b.link->poll_shared();
+  s.note_busy();
+  const int readies = b.rx.readies;
+  a.link->send(b.addr, ack(psn));
+  EXPECT_TRUE(eventually([&] { return b.rx.readies > readies; }));
+  b.drain_until(psn);
+  EXPECT_EQ(b.rx.count(), psn);
   sched.reset();
 }
 

@@ -171,17 +171,47 @@ TEST(HostRing, ALeaseHoldsTheWakeUpBack) {
   ASSERT_TRUE(p.producer->put(r, {}));
   EXPECT_FALSE(p.producer->take_wake(999));  // leased beyond now
   EXPECT_TRUE(p.consumer->armed());           // still asked for, for later
-  EXPECT_TRUE(p.consumer->end_lease());       // and the record is there
+  EXPECT_TRUE(p.consumer->end_lease(true));       // and the record is there
   EXPECT_TRUE(p.producer->take_wake(999));    // no lease: the wake-up
   EXPECT_FALSE(p.consumer->armed());
   Bytes out;
   ASSERT_EQ(p.consumer->take(out), 1);
-  EXPECT_FALSE(p.consumer->end_lease());  // nothing waits
+  EXPECT_FALSE(p.consumer->end_lease(true));  // nothing waits
   // A lease that has run out holds nothing back.
   EXPECT_FALSE(p.consumer->arm());
   p.consumer->lease(1000);
   ASSERT_TRUE(p.producer->put(r, {}));
   EXPECT_TRUE(p.producer->take_wake(1000));
+}
+
+// The answer lease outlives the lease when the consumer goes off to work:
+// answers (ACKs, READ and atomic responses) still come without a wake-up,
+// anything else wakes it; ending both lets answers wake it too.
+TEST(HostRing, TheAnswerLeaseHoldsOnlyAnswersBack) {
+  Pair p;
+  EXPECT_FALSE(p.consumer->arm());
+  p.consumer->lease(1000);
+  EXPECT_FALSE(p.consumer->end_lease(false));  // off to work; nothing came
+  const Bytes r = record(3, 10);
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_FALSE(p.producer->take_wake(999, true));  // an answer: held back
+  EXPECT_TRUE(p.consumer->armed());
+  EXPECT_TRUE(p.producer->take_wake(999, false));  // a request: the wake-up
+  EXPECT_FALSE(p.consumer->armed());
+  EXPECT_TRUE(p.consumer->arm());  // the record waits: no sleep
+  p.consumer->lease(1000);
+  EXPECT_TRUE(p.consumer->end_lease(false));  // and is there
+  EXPECT_FALSE(p.producer->take_wake(999, true));
+  EXPECT_TRUE(p.consumer->end_lease(true));  // may block: every lease ends
+  EXPECT_TRUE(p.producer->take_wake(999, true));
+  Bytes out;
+  ASSERT_EQ(p.consumer->take(out), 1);
+  // A passed answer lease holds nothing back.
+  EXPECT_FALSE(p.consumer->arm());
+  p.consumer->lease(1000);
+  EXPECT_FALSE(p.consumer->end_lease(false));
+  ASSERT_TRUE(p.producer->put(r, {}));
+  EXPECT_TRUE(p.producer->take_wake(1000, true));
 }
 
 TEST(HostRing, AttachRefusesAFileThatIsNotASealedRing) {
