@@ -59,7 +59,9 @@ struct RealTimeScheduler::Engine {
 
 RealTimeScheduler::RealTimeScheduler() : clock_(real_clock()), engine_(std::make_unique<Engine>(clock_)) {}
 
-RealTimeScheduler::~RealTimeScheduler() {
+RealTimeScheduler::~RealTimeScheduler() { stop(); }
+
+void RealTimeScheduler::stop() {
   engine_->io.stop();
   if (engine_->thread.joinable()) engine_->thread.join();
 }

@@ -24,6 +24,10 @@ class RealTimeScheduler final : public Scheduler {
   RealTimeScheduler();
   // Stops the thread; tasks not yet run are dropped.
   ~RealTimeScheduler() override;
+  // Stops the thread now (joins it): no task, timer or watch runs once this
+  // returns, and later ones never do. For an owner that must destroy what the
+  // watches call before the scheduler, which its destructors still use.
+  void stop();
   RealTimeScheduler(const RealTimeScheduler&) = delete;
   RealTimeScheduler& operator=(const RealTimeScheduler&) = delete;
 

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -195,6 +196,23 @@ TEST(RealTimeScheduler, BusyHintsEndTheLeasesHeld) {
   s.note_busy();  // ended with the rest
   EXPECT_EQ(a.ended, 1);
   s.remove_lease_holder(&a);
+}
+
+// stop() joins the thread: what ran before it returned ran, nothing runs after.
+TEST(RealTimeScheduler, StopRunsNothingAfterItReturns) {
+  RealTimeScheduler s;
+  std::atomic<int> ran{0};
+  std::promise<void> first;
+  s.post([&] {
+    ++ran;
+    first.set_value();
+  });
+  ASSERT_EQ(first.get_future().wait_for(10s), std::future_status::ready);
+  s.stop();
+  s.post([&] { ++ran; });
+  s.at(s.clock().now(), [&] { ++ran; });
+  s.stop();  // again: nothing to do
+  EXPECT_EQ(ran.load(), 1);
 }
 
 TEST(RealTimeScheduler, WatchesReadability) {

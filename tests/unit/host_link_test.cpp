@@ -463,7 +463,7 @@ TEST(HostLink, ASleepingReceiverIsWoken) {
   b.drain_until(1);
   ASSERT_EQ(b.rx.count(), 1u);
   EXPECT_NE(b.link->rx_state().find("1 rings"), std::string::npos) << b.link->rx_state();
-  sched.reset();  // its thread watches b's sockets: stopped before b goes
+  s.stop();  // its thread watches b's sockets: stopped before b goes (b's end still uses s)
 }
 
 // Waits (bounded) until `cond` holds; false if it never did.
@@ -482,8 +482,9 @@ bool eventually(F cond) {
 // lasts 1 ms of real time: a test thread descheduled longer than that between
 // its poll and its send sees a wake-up, and tries again, at most 20 times.
 // True once a packet went without a wake-up; psn is then the next one to send.
+// `make` builds the packet (a request by default).
 template <class Poll, class Take>
-bool sent_under_a_lease(End& a, End& b, uint32_t& psn, Poll poll, Take take) {
+bool sent_under_a_lease(End& a, End& b, uint32_t& psn, Poll poll, Take take, Bytes (*make)(uint32_t) = nullptr) {
   for (int attempt = 0; attempt < 20; ++attempt) {
     // The progress thread armed the ring before it went back to sleep.
     if (!eventually([&] { return b.link->armed_rings() == 1; })) {
@@ -492,7 +493,7 @@ bool sent_under_a_lease(End& a, End& b, uint32_t& psn, Poll poll, Take take) {
     }
     poll();
     const uint64_t woken = a.link->wakeups();
-    a.link->send(b.addr, packet(psn));
+    a.link->send(b.addr, make ? make(psn) : packet(psn));
     const bool held_back = a.link->wakeups() == woken;
     take(held_back);
     if (b.rx.count() != psn) {
@@ -532,7 +533,7 @@ TEST(HostLink, APollingReceiverIsNotWoken) {
   EXPECT_EQ(a.link->wakeups(), woken + 1);
   b.drain_until(psn);
   EXPECT_EQ(b.rx.count(), psn);
-  sched.reset();
+  s.stop();
 }
 
 // A thread that keeps polling reads the clock only every few polls while its
@@ -556,7 +557,7 @@ TEST(HostLink, ManyPollsInARowKeepTheLease) {
         << round;
     s.note_busy();  // the lease ends; the next round's polls start a new one
   }
-  sched.reset();
+  s.stop();
 }
 
 // The application thread that ends its lease (a post, a poll that found
@@ -580,7 +581,7 @@ TEST(HostLink, TheThreadEndingItsLeaseTakesWhatCameUnderIt) {
           b.drain_until(psn);  // woken (descheduled past the lease): try again
         }
       }));
-  sched.reset();
+  s.stop();
 }
 
 // A packet that came under a lease without a wake-up is served when the
@@ -607,7 +608,7 @@ TEST(HostLink, WhatCameUnderALeaseIsServedAfterIt) {
     EXPECT_EQ(b.rx.count(), ended ? 2u : 3u);
     ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
   }
-  sched.reset();
+  s.stop();
 }
 
 // Going off to work (a post, a poll that found completions) ends the lease
@@ -623,34 +624,29 @@ TEST(HostLink, AnswersKeepTheirLeaseWhileTheApplicationWorks) {
   a.link->send(b.addr, packet(1));
   b.drain_until(1);
   uint32_t psn = 2;
-  // A lease lasts 1 ms of real time: a test thread descheduled longer than
-  // that sees a wake-up for the ACK too, and tries again.
-  bool held_back = false;
-  for (int attempt = 0; attempt < 20 && !held_back; ++attempt) {
-    ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-    (void)b.link->poll_shared();  // a lease
-    s.note_busy();                // off to work: nothing came, nothing read
-    uint64_t woken = a.link->wakeups();
-    a.link->send(b.addr, ack(psn));
-    held_back = a.link->wakeups() == woken;
-    b.drain_until(psn);  // the next poll takes it
-    ASSERT_EQ(b.rx.count(), psn);
-    ++psn;
-    if (!held_back) continue;
-    ASSERT_EQ(b.link->armed_rings(), 1u);
-    woken = a.link->wakeups();
-    a.link->send(b.addr, packet(psn));  // a request: woken
-    EXPECT_EQ(a.link->wakeups(), woken + 1);
-    b.drain_until(psn);
-    ASSERT_EQ(b.rx.count(), psn);
-    ++psn;
-  }
-  EXPECT_TRUE(held_back);
+  EXPECT_TRUE(sent_under_a_lease(
+      a, b, psn,
+      [&] {
+        (void)b.link->poll_shared();  // a lease
+        s.note_busy();                // off to work: nothing came, nothing read
+      },
+      [&](bool) { b.drain_until(psn); },  // the next poll takes it
+      &ack));
+  // A request: woken.
+  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  (void)b.link->poll_shared();
+  s.note_busy();
+  uint64_t woken = a.link->wakeups();
+  a.link->send(b.addr, packet(psn));
+  EXPECT_EQ(a.link->wakeups(), woken + 1);
+  b.drain_until(psn);
+  ASSERT_EQ(b.rx.count(), psn);
+  ++psn;
   // May block: an ACK wakes it again.
   ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
   (void)b.link->poll_shared();
   s.note_may_block();
-  uint64_t woken = a.link->wakeups();
+  woken = a.link->wakeups();
   a.link->send(b.addr, ack(psn));
   EXPECT_EQ(a.link->wakeups(), woken + 1);
   b.drain_until(psn);
@@ -666,7 +662,7 @@ TEST(HostLink, AnswersKeepTheirLeaseWhileTheApplicationWorks) {
   EXPECT_TRUE(eventually([&] { return b.rx.readies > readies; }));
   b.drain_until(psn);
   EXPECT_EQ(b.rx.count(), psn);
-  sched.reset();
+  s.stop();
 }
 
 // A sender that passes a ring and then writes nonsense into it (or into the
