@@ -95,8 +95,17 @@ ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out,
 inline constexpr std::size_t kMaxUdpPayload = 65507;
 
 // Size of the packet build() writes for `opcode` and `payload_len` payload
-// bytes: headers + payload + pad + ICRC. 0 if build() would refuse it.
-std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept;
+// bytes: headers + payload + pad + ICRC. 0 if build() would refuse it. Inline:
+// the in-process fast path counts every packet by it.
+constexpr std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept {
+  const OpcodeInfo& op = opcode_info(opcode);
+  if (!op.supported) return 0;
+  if (!op.has_payload && payload_len != 0) return 0;
+  if (payload_len > kMaxUdpPayload) return 0;  // also keeps the sum below from overflowing
+  const std::size_t pad = (4 - payload_len % 4) % 4;
+  const std::size_t size = op.header_len + payload_len + pad + kIcrcBytes;
+  return size <= kMaxUdpPayload ? size : 0;
+}
 
 // Writes BTH, the extension headers of h.bth.opcode, the payload gathered from
 // `payload` in order, the pad and the ICRC into `out`, and returns the packet
@@ -116,6 +125,21 @@ std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::u
 // to a receiver instead of the bytes (fabric::Link::send_direct). False if
 // build() would refuse the packet.
 bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept;
+
+// The BTH and AETH as parse(build()) gives them back (their encodings keep
+// 24-bit QPNs, PSNs and MSNs and a 4-bit TVer; the pad count follows the
+// payload length): the pieces of as_received that one header needs, for a
+// caller that updates a view it already holds (emu/qp/direct.cpp folds a
+// plain ACK into the previous one this way).
+constexpr Bth as_received(const Bth& b, std::size_t payload_len) noexcept {
+  Bth out = b;
+  out.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
+  out.tver &= 0xF;
+  out.dest_qp &= 0xFFFFFF;
+  out.psn &= 0xFFFFFF;
+  return out;
+}
+constexpr Aeth as_received(const Aeth& a) noexcept { return Aeth{a.syndrome, a.msn & 0xFFFFFF}; }
 
 // Single-span payload convenience.
 std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload,

@@ -66,6 +66,10 @@ bool plain_ack(const PacketView& pkt) {
          pkt.aeth.is_ack() && pkt.payload.empty();
 }
 
+// The IP fields a packet handed over directly arrives with: those of the
+// datagram it stands for, which carried no ICRC (fabric::Link::needs_icrc).
+IpFields direct_ip(uint8_t tos) { return IpFields{tos, kDefaultTtl, true}; }
+
 // The responder whose plain ACK pkt is, if it is being sent by
 // transmit_plain_ack_locked on this thread; the mark is used once.
 const Qp* acker_of(DirectState& d, const PacketView& pkt) {
@@ -160,14 +164,10 @@ void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
     const uint32_t psn = h.bth.psn & 0xFFFFFF;
     if (last.acker == this && last.view.bth.dest_qp == (h.bth.dest_qp & 0xFFFFFF) &&
         last.view.bth.opcode == h.bth.opcode && plain_ack(last.view) && psn_gt(psn, last.view.bth.psn)) {
-      // What as_received would make of h (no payload): only these differ.
-      last.view.bth = h.bth;
-      last.view.bth.pad_cnt = 0;
-      last.view.bth.tver &= 0xF;
-      last.view.bth.dest_qp &= 0xFFFFFF;
-      last.view.bth.psn = psn;
-      last.view.aeth = {h.aeth.syndrome, h.aeth.msn & 0xFFFFFF};
-      last.view.ip = IpFields{tclass, kDefaultTtl, true};
+      // What as_received makes of h (no payload): only these differ.
+      last.view.bth = as_received(h.bth, 0);
+      last.view.aeth = as_received(h.aeth);
+      last.view.ip = direct_ip(tclass);
       const uint64_t bytes = 20 + 8 + packet_size(h.bth.opcode, 0);
       Device::Counters& tx = device().counters();
       tx.tx_packets.fetch_add(1, std::memory_order_relaxed);
@@ -216,7 +216,7 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   }
   PacketView view;
   if (!as_received(h, bytes, view)) return false;
-  view.ip = IpFields{tos, kDefaultTtl, true};
+  view.ip = direct_ip(tos);
   ++d.depth;
   const bool done = dev.transmit_direct(dest, view);
   --d.depth;
