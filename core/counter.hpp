@@ -35,6 +35,10 @@ class ShardedCounter {
   void fetch_sub(uint64_t n, std::memory_order order = std::memory_order_relaxed) noexcept {
     cells_[shard()].v.fetch_sub(n, order);
   }
+  // Several counts in a row (a packet's packets and bytes): the cell is chosen
+  // once, by here(), and each add goes to it.
+  static size_t here() noexcept { return shard(); }
+  void add_at(size_t cell, uint64_t n) noexcept { cells_[cell].v.fetch_add(n, std::memory_order_relaxed); }
   // The sum of the cells (unsigned arithmetic: a count taken back in another
   // cell than it was made in still sums right).
   uint64_t load(std::memory_order order = std::memory_order_relaxed) const noexcept {

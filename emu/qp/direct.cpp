@@ -13,6 +13,7 @@
 #include "core/trace.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
+#include "fabric/link.hpp"
 #include "wire/packet.hpp"
 #include "wire/psn.hpp"
 
@@ -168,10 +169,7 @@ void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
       last.view.bth = as_received(h.bth, 0);
       last.view.aeth = as_received(h.aeth);
       last.view.ip = direct_ip(tclass);
-      const uint64_t bytes = 20 + 8 + packet_size(h.bth.opcode, 0);
-      Device::Counters& tx = device().counters();
-      tx.tx_packets.fetch_add(1, std::memory_order_relaxed);
-      tx.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      fabric::count_tx(device().counters(), 1, packet_size(h.bth.opcode, 0));
       d.scope->device().count_direct_rx(last.view);
       return;
     }
