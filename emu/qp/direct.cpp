@@ -97,25 +97,9 @@ Qp::DirectScope::~DirectScope() {
 Qp* Qp::direct_scope_qp() { return direct.scope; }
 
 void Qp::stash_direct(const PacketView& pkt, in_addr src) {
+  // Every packet takes its own place, in arrival order; acknowledgements are
+  // coalesced by their sender (transmit_plain_ack_locked), not here.
   DirectState& d = direct;
-  // Coalesced acknowledgements (IBTA 9.7.5.1.1: an ACK acknowledges every
-  // packet up to its PSN, so a responder may send one for several): a plain
-  // ACK right behind another one not yet taken, from the same sender, for a
-  // later PSN, replaces it. The completer then retires the same WQEs, with the
-  // same statuses and in the same order, once instead of once per packet;
-  // anything else (a NAK, a response, a request) keeps its place.
-  if (d.size > d.taken && plain_ack(pkt)) {
-    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
-    if (plain_ack(last.view) && last.src.s_addr == src.s_addr && last.view.bth.dest_qp == pkt.bth.dest_qp &&
-        psn_gt(pkt.bth.psn, last.view.bth.psn)) {
-      // Only what differs between two plain ACKs of one connection.
-      last.view.bth = pkt.bth;
-      last.view.aeth = pkt.aeth;
-      last.view.ip = pkt.ip;
-      last.acker = acker_of(d, pkt);
-      return;
-    }
-  }
   std::vector<Stashed>& box = inbox;
   if (d.size == box.size()) box.emplace_back();
   Stashed& e = box[d.size++];
@@ -146,27 +130,30 @@ void Qp::drain_direct_locked(size_t at_least) {
 }
 
 void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
-  // Coalesced at the source (IBTA 9.7.5.1.1: an ACK acknowledges every packet
-  // up to its PSN, and a responder may send one for several): a responder
-  // handed a burst of requests directly answers each with a plain ACK, which
-  // stash_direct would fold into the previous one anyway. When its previous
-  // ACK still waits, untaken and last, in the inbox of the QP this thread
-  // runs, this one replaces it there without being built, walked through the
-  // link and looked up again: the requester then takes one ACK for the burst,
-  // with the same completions, statuses and order. Anything the responder
-  // sent in between (a NAK, a response, a request) is behind it in the inbox,
-  // so the ACK is not last and goes the usual way. It is counted as sent and
+  // Coalesced acknowledgements, the one place they are (IBTA 9.7.5.1.1: an
+  // ACK acknowledges every packet up to its PSN, so a responder may send one
+  // for several): a responder handed a burst of requests directly answers
+  // each with a plain ACK. When its previous plain ACK still waits, untaken
+  // and last, in the inbox of the QP this thread runs, this one replaces it
+  // there without being built, walked through the link and looked up again:
+  // the requester then takes one ACK for the burst and retires the same WQEs,
+  // with the same statuses and in the same order, once instead of once per
+  // packet. Anything the responder sent in between (a NAK, an RNR NAK, a
+  // response, a request) is behind it in the inbox, so the ACK is not last
+  // and goes the usual way, keeping its place. It is counted as sent and
   // received, as the packet it stands for would have been.
   DirectState& d = direct;
   h.bth.migreq = migreq_locked();
   const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
   if (d.depth > 0 && d.size > d.taken && d.scope && !trace::on()) {
     Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
-    const uint32_t psn = h.bth.psn & 0xFFFFFF;
-    if (last.acker == this && last.view.bth.dest_qp == (h.bth.dest_qp & 0xFFFFFF) &&
-        last.view.bth.opcode == h.bth.opcode && plain_ack(last.view) && psn_gt(psn, last.view.bth.psn)) {
+    const Bth bth = as_received(h.bth, 0);
+    // Only this responder's own plain ACK, of the same connection (same
+    // requester QP, same opcode), for an earlier PSN, is replaced.
+    if (last.acker == this && last.view.bth.dest_qp == bth.dest_qp && last.view.bth.opcode == bth.opcode &&
+        plain_ack(last.view) && psn_gt(bth.psn, last.view.bth.psn)) {
       // What as_received makes of h (no payload): only these differ.
-      last.view.bth = as_received(h.bth, 0);
+      last.view.bth = bth;
       last.view.aeth = as_received(h.aeth);
       last.view.ip = direct_ip(tclass);
       fabric::count_tx(device().counters(), 1, packet_size(h.bth.opcode, 0));
