@@ -177,12 +177,13 @@ bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
   return qp && qp->try_receive(pkt, src);
 }
 
-void Device::count_direct_rx(const wire::PacketView& pkt) {
+void Device::count_direct_rx(const wire::PacketView& pkt, uint64_t packets) {
   // As admit() counts a datagram, with its IPv4 and UDP headers.
   const size_t cell = ShardedCounter::here();
-  counters_.rx_packets.add_at(cell, 1);
-  counters_.rx_direct.add_at(cell, 1);
-  counters_.rx_bytes.add_at(cell, fabric::kIpUdpHeaderBytes + wire::packet_size(pkt.bth.opcode, pkt.payload.size()));
+  counters_.rx_packets.add_at(cell, packets);
+  counters_.rx_direct.add_at(cell, packets);
+  counters_.rx_bytes.add_at(
+      cell, packets * (fabric::kIpUdpHeaderBytes + wire::packet_size(pkt.bth.opcode, pkt.payload.size())));
 }
 
 bool Device::forge_reject(in_addr src, const wire::PacketView& pkt, uint16_t reason) {

@@ -210,9 +210,9 @@ class Device final : private fabric::PacketSink {
   bool transmit_direct(in_addr dst, const wire::PacketView& view) {
     return port_active() && link_->send_direct(dst, view);
   }
-  // What admit() counts for a packet that arrived without bytes (the QP's
-  // try_receive, from any thread: the counters are sharded by thread).
-  void count_direct_rx(const wire::PacketView& view);
+  // What admit() counts for `packets` packets like view that arrived without
+  // bytes (the QP's try_receive, from any thread: the counters are sharded).
+  void count_direct_rx(const wire::PacketView& view, uint64_t packets = 1);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);

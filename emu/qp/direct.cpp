@@ -8,6 +8,7 @@
 // packet the usual way. Answers for the QP this thread holds the lock of go
 // through its inbox, taken before the lock is released.
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/trace.hpp"
@@ -28,6 +29,10 @@ struct Stashed {
   // The QP whose plain ACK this is, when it came from transmit_plain_ack_locked
   // on this thread: that QP's next plain ACK may replace it in place.
   const Qp* acker;
+  // Plain ACKs of acker folded into this one (fold_plain_ack_locked), not yet
+  // counted, and acker's device, whose port counts them as sent.
+  uint32_t folded;
+  Device* acker_dev;
   PacketView view;             // its payload is set from bytes when taken
   std::vector<uint8_t> bytes;  // a copy: the sender's memory is not held meanwhile
 };
@@ -105,6 +110,7 @@ void Qp::stash_direct(const PacketView& pkt, in_addr src) {
   Stashed& e = box[d.size++];
   e.src = src;
   e.acker = acker_of(d, pkt);
+  e.folded = 0;
   e.view = pkt;
   e.bytes.assign(pkt.payload.begin(), pkt.payload.end());
 }
@@ -118,6 +124,13 @@ void Qp::drain_direct_locked(size_t at_least) {
   d.draining = true;
   std::vector<Stashed>& box = inbox;
   for (size_t i = 0; i < d.size; ++i) {
+    if (box[i].folded) {
+      // The ACKs folded into this one, counted as their packets would have
+      // been (fold_plain_ack_locked) before the completions they retire.
+      const uint64_t n = std::exchange(box[i].folded, 0);
+      fabric::count_tx(box[i].acker_dev->counters(), n, packet_size(box[i].view.bth.opcode, 0));
+      device().count_direct_rx(box[i].view, n);
+    }
     PacketView view = box[i].view;
     // Moving the inbox (it may grow below) keeps each entry's buffer.
     view.payload = std::span<const uint8_t>(box[i].bytes.data(), box[i].bytes.size());
@@ -129,7 +142,7 @@ void Qp::drain_direct_locked(size_t at_least) {
   d.draining = false;
 }
 
-void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
+bool Qp::fold_plain_ack_locked(uint8_t opcode, uint32_t psn, Aeth aeth) {
   // Coalesced acknowledgements, the one place they are (IBTA 9.7.5.1.1: an
   // ACK acknowledges every packet up to its PSN, so a responder may send one
   // for several): a responder handed a burst of requests directly answers
@@ -140,30 +153,38 @@ void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
   // with the same statuses and in the same order, once instead of once per
   // packet. Anything the responder sent in between (a NAK, an RNR NAK, a
   // response, a request) is behind it in the inbox, so the ACK is not last
-  // and goes the usual way, keeping its place. It is counted as sent and
-  // received, as the packet it stands for would have been.
+  // and goes the usual way (transmit_plain_ack_locked), keeping its place.
   DirectState& d = direct;
-  h.bth.migreq = migreq_locked();
-  const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
-  if (d.depth > 0 && d.size > d.taken && d.scope && !trace::on()) {
-    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
-    const Bth bth = as_received(h.bth, 0);
-    // Only this responder's own plain ACK, of the same connection (same
-    // requester QP, same opcode), for an earlier PSN, is replaced.
-    if (last.acker == this && last.view.bth.dest_qp == bth.dest_qp && last.view.bth.opcode == bth.opcode &&
-        plain_ack(last.view) && psn_gt(bth.psn, last.view.bth.psn)) {
-      // What as_received makes of h (no payload): only these differ.
-      last.view.bth = bth;
-      last.view.aeth = as_received(h.aeth);
-      last.view.ip = direct_ip(tclass);
-      fabric::count_tx(device().counters(), 1, packet_size(h.bth.opcode, 0));
-      d.scope->device().count_direct_rx(last.view);
-      return;
-    }
-  }
+  if (d.depth == 0 || d.size <= d.taken || !d.scope || trace::on()) return false;
+  Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
+  // Only this responder's own plain ACK, of the same connection (same
+  // requester QP, same opcode), for an earlier PSN, is replaced.
+  if (last.acker != this || last.view.bth.opcode != opcode || !plain_ack(last.view)) return false;
+  // The headers transmit_locked would send, as as_received makes them.
+  Bth bth;
+  bth.opcode = opcode;
+  bth.dest_qp = attr_.dest_qp_num;
+  bth.psn = psn;
+  bth.migreq = migreq_locked();
+  bth = as_received(bth, 0);
+  if (last.view.bth.dest_qp != bth.dest_qp || !psn_gt(bth.psn, last.view.bth.psn)) return false;
+  last.view.bth = bth;
+  last.view.aeth = as_received(aeth);
+  last.view.ip = direct_ip(attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0);
+  // Counted as sent and received, as the packet it stands for would have
+  // been, when the entry is taken (drain_direct_locked): once per burst,
+  // before the completions it retires are made.
+  if (last.folded++ == 0) last.acker_dev = &device();
+  return true;
+}
+
+void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
+  // Not folded (fold_plain_ack_locked): sent, and the inbox entry it may
+  // become marked as this QP's, so that its next plain ACK may replace it.
+  DirectState& d = direct;
   d.acking = this;
   d.acking_psn = h.bth.psn & 0xFFFFFF;
-  transmit_to_locked(dest_addr_, h, {}, tclass);
+  transmit_locked(h, {});
   direct.acking = nullptr;
 }
 

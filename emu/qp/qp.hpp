@@ -220,7 +220,9 @@ class Qp {
                               std::span<const std::span<const uint8_t>> payload, uint8_t tos);
   // A plain ACK (send_ack_locked): folded into this QP's previous one when
   // that one still waits, untaken, in the inbox of the QP it answers
-  // (direct.cpp), else transmitted, marked as this QP's for the next one.
+  // (fold_plain_ack_locked, direct.cpp); else transmit_plain_ack_locked sends
+  // it, marked as this QP's for the next one.
+  bool fold_plain_ack_locked(uint8_t opcode, uint32_t psn, wire::Aeth aeth);
   void transmit_plain_ack_locked(wire::PacketHeaders& h);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
