@@ -220,7 +220,7 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
     }
     bytes = std::span<const uint8_t>(gathered.data(), len);
   }
-  PacketView view;
+  PacketView& view = tx_view_;
   if (!as_received(h, bytes, view)) return false;
   view.ip = direct_ip(tos);
   ++d.depth;

@@ -376,6 +376,14 @@ class Qp {
   // allocates nothing and looks no thread-local storage up.
   std::vector<std::span<const uint8_t>> tx_payload_;
   std::vector<std::span<uint8_t>> tx_spans_;
+  // The receive buffer pieces a SEND's payload is scattered into
+  // (resp_execute_send_locked): the responder's, under mu_, reused.
+  std::vector<std::span<uint8_t>> rx_spans_;
+  // The view a packet handed over directly is (transmit_direct_locked), under
+  // mu_: as_received writes every field of it, so it is not zeroed first for
+  // each packet. The receiver is done with it when the transmit returns (an
+  // answer for this QP is copied into its inbox, never read from here).
+  wire::PacketView tx_view_;
   // An alternate path was loaded since the last migration (or reset).
   bool alt_loaded_ = false;
   // A completion was forced to an error status (or lost to a CQ overrun): the QP

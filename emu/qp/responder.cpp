@@ -499,7 +499,8 @@ RespStep Qp::resp_execute_locked(RespContext& r) {
 RespStep Qp::resp_execute_send_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint64_t plen = pkt.payload.size();
-  std::vector<std::span<uint8_t>> spans;
+  std::vector<std::span<uint8_t>>& spans = rx_spans_;  // the QP's: a packet allocates nothing
+  spans.clear();
   if (plen && !resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
                             IBV_ACCESS_LOCAL_WRITE, spans))
     return RespStep::err_local_protection;
