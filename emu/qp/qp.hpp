@@ -182,8 +182,9 @@ class Qp {
   void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trace_id = 0);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
   // Counts a send WQE's end and fills its completion; false if it has none to
-  // report (a successful unsignaled one).
-  bool send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out);
+  // report (a successful unsignaled one). count_success false: the caller
+  // counts a successful one itself (retire_acked_locked counts a run at once).
+  bool send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out, bool count_success = true);
   // Successful send completions pushed together (retire_acked_locked).
   void push_send_batch_locked(const ibv_wc* wcs, size_t n);
   // Fails w (the oldest unacknowledged send WQE when null) with `status`, after
