@@ -124,7 +124,8 @@ std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::u
 // span as given, ip and icrc left default. The in-process fast path hands this
 // to a receiver instead of the bytes (fabric::Link::send_direct). False if
 // build() would refuse the packet.
-bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept;
+// (Inline: the fast path makes one per packet, into a view it reuses.)
+inline bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept;
 
 // The BTH and AETH as parse(build()) gives them back (their encodings keep
 // 24-bit QPNs, PSNs and MSNs and a 4-bit TVer; the pad count follows the
@@ -144,5 +145,33 @@ constexpr Aeth as_received(const Aeth& a) noexcept { return Aeth{a.syndrome, a.m
 // Single-span payload convenience.
 std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload,
                   std::span<std::uint8_t> out, const IcrcFlow* flow) noexcept;
+
+// ---------------------------------------------------------------------------
+// Inline definitions
+// ---------------------------------------------------------------------------
+
+inline bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept {
+  if (packet_size(h.bth.opcode, payload.size()) == 0) return false;
+  const OpcodeInfo& op = opcode_info(h.bth.opcode);
+  // Field by field what each header's encoding keeps (headers.hpp): the
+  // 24-bit fields and the 4-bit TVer masked, the pad count computed as build()
+  // does; headers the opcode does not carry are value-initialised, as parse()
+  // leaves them. Each header is written once (no reset of the whole view
+  // first). as_received_test checks this against parse(build()).
+  out.bth = as_received(h.bth, payload.size());
+  out.deth = op.has(ext::deth) ? Deth{h.deth.qkey, h.deth.src_qp & 0xFFFFFF} : Deth{};
+  out.xrceth = op.has(ext::xrceth) ? Xrceth{h.xrceth.srqn & 0xFFFFFF} : Xrceth{};
+  out.reth = op.has(ext::reth) ? h.reth : Reth{};
+  out.atomic_eth = op.has(ext::atomic_eth) ? h.atomic_eth : AtomicEth{};
+  out.aeth = op.has(ext::aeth) ? as_received(h.aeth) : Aeth{};
+  out.atomic_ack_eth = op.has(ext::atomic_ack_eth) ? h.atomic_ack_eth : AtomicAckEth{};
+  out.imm = op.has(ext::imm) ? h.imm : Imm{};
+  out.ieth = op.has(ext::ieth) ? h.ieth : Ieth{};
+  out.ip = IpFields{};
+  out.op = &op;
+  out.payload = payload;
+  out.icrc = 0;
+  return true;
+}
 
 }  // namespace softverbs::wire
