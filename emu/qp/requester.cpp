@@ -297,7 +297,9 @@ bool Qp::execute_local_locked(SendWqe& w) {
 
 bool Qp::may_start_locked(SendWqe& w) {
   const bool uc = type_ == IBV_QPT_UC;
-  if (!uc) {
+  // Only a fenced WQE or a read or atomic asks how many reads and atomics are
+  // outstanding: a plain SEND or WRITE starts without the count.
+  if (!uc && ((w.send_flags & IBV_SEND_FENCE) || is_read_or_atomic(w.opcode))) {
     // The reads and atomics sent and not yet answered: those between the first
     // unacknowledged WQE and this one (WQEs are acknowledged in order), counted
     // by the running counts of the two, not by a walk over the WQEs between.
