@@ -12,6 +12,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/rseq.h>
 
 #include <atomic>
 #include <cstddef>
@@ -35,6 +36,10 @@ class ShardedCounter {
   void fetch_sub(uint64_t n, std::memory_order order = std::memory_order_relaxed) noexcept {
     cells_[shard()].v.fetch_sub(n, order);
   }
+  // Several counts in a row (a packet's packets and bytes): the cell is chosen
+  // once, by here(), and each add goes to it.
+  static size_t here() noexcept { return shard(); }
+  void add_at(size_t cell, uint64_t n) noexcept { cells_[cell].v.fetch_add(n, std::memory_order_relaxed); }
   // The sum of the cells (unsigned arithmetic: a count taken back in another
   // cell than it was made in still sums right).
   uint64_t load(std::memory_order order = std::memory_order_relaxed) const noexcept {
@@ -48,11 +53,18 @@ class ShardedCounter {
   struct alignas(64) Cell {
     std::atomic<uint64_t> v{0};
   };
-  // The cell of the CPU this thread runs on (glibc reads it from the thread's
-  // rseq area: no system call, and no thread-local lookup, which costs a call
-  // in a shared library). Threads on different CPUs never share a cell; a
-  // thread that moves meanwhile only counts in another cell, atomically.
+  // The cell of the CPU this thread runs on, read from the thread's rseq
+  // area, which glibc registers for every thread and the kernel keeps up to
+  // date (its first field, cpu_id_start, is always a CPU number): one load at
+  // an offset from the thread pointer, with no call (sched_getcpu reads the
+  // same field, but through the PLT). Without a registered area,
+  // sched_getcpu. Threads on different CPUs never share a cell; a thread
+  // that moves meanwhile only counts in another cell, atomically.
   static size_t shard() noexcept {
+    if (__rseq_size > 0) {
+      const auto* area = static_cast<const char*>(__builtin_thread_pointer()) + __rseq_offset;
+      return *reinterpret_cast<const volatile uint32_t*>(area) % kShards;
+    }
     const int cpu = ::sched_getcpu();
     return cpu > 0 ? static_cast<size_t>(cpu) % kShards : 0;
   }

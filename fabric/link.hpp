@@ -43,6 +43,24 @@ struct LinkCounters {
   ShardedCounter topology_loss_drops, topology_mtu_drops;
 };
 
+// The IPv4 and UDP headers in front of every packet: the octets a port
+// counter counts are the datagram's (docs/compatibility.md, "Counters").
+inline constexpr uint64_t kIpUdpHeaderBytes = 20 + 8;
+
+// What `packets` sent packets of `packet_bytes` octets each (BTH .. ICRC) add
+// to the port's transmit counters: the one definition, for TapLink's packets
+// and for the in-process path's acknowledgements that are never walked
+// through the link (emu/qp/direct.cpp). uncount_tx takes a count back.
+inline void count_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
+  const size_t cell = ShardedCounter::here();
+  c.tx_packets.add_at(cell, packets);
+  c.tx_bytes.add_at(cell, packets * (kIpUdpHeaderBytes + packet_bytes));
+}
+inline void uncount_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
+  c.tx_packets.fetch_sub(packets);
+  c.tx_bytes.fetch_sub(packets * (kIpUdpHeaderBytes + packet_bytes));
+}
+
 class Receiver {
  public:
   virtual ~Receiver() = default;

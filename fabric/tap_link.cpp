@@ -12,17 +12,9 @@
 #include "wire/icrc.hpp"
 
 namespace softverbs::fabric {
-namespace {
-
-// The IPv4 and UDP headers in front of every packet: the octets a port
-// counter counts are the datagram's (docs/compatibility.md, "Counters").
-constexpr size_t kIpUdpHeaders = 20 + 8;
-
-}  // namespace
 
 void TapLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
-  counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
-  counters_.tx_bytes.fetch_add(kIpUdpHeaders + packet.size(), std::memory_order_relaxed);
+  count_tx(counters_, 1, packet.size());
   if (IN_MULTICAST(ntohl(dst.s_addr))) counters_.tx_multicast.fetch_add(1, std::memory_order_relaxed);
   const uint64_t frame = pcap_ ? pcap_->write(clock_, self_, dst, wire::kRoceV2UdpPort, packet, tos) : 0;
   // The trace's record of the packet, with the device and fault decision the
@@ -41,12 +33,10 @@ bool TapLink::send_direct(in_addr dst, const wire::PacketView& view) {
   if (pcap_ || trace::on()) return false;
   // Counted before the receiver can complete anything, as send() does; taken
   // back if the packet then goes the usual way (and is counted there).
-  const uint64_t bytes = kIpUdpHeaders + wire::packet_size(view.bth.opcode, view.payload.size());
-  counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
-  counters_.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  const uint64_t bytes = wire::packet_size(view.bth.opcode, view.payload.size());
+  count_tx(counters_, 1, bytes);
   if (inner_.send_direct(dst, view)) return true;
-  counters_.tx_packets.fetch_sub(1, std::memory_order_relaxed);
-  counters_.tx_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  uncount_tx(counters_, 1, bytes);
   return false;
 }
 
@@ -56,11 +46,9 @@ bool TapLink::send_gathered(in_addr dst, const wire::GatheredPacket& packet, uin
   if (pcap_ || trace::on() || IN_MULTICAST(ntohl(dst.s_addr))) return false;
   // Counted before the receiver can answer, as send() does; taken back if
   // the packet then goes the usual way (and is counted there).
-  counters_.tx_packets.fetch_add(1, std::memory_order_relaxed);
-  counters_.tx_bytes.fetch_add(kIpUdpHeaders + packet.size, std::memory_order_relaxed);
+  count_tx(counters_, 1, packet.size);
   if (inner_.send_gathered(dst, packet, tos)) return true;
-  counters_.tx_packets.fetch_sub(1, std::memory_order_relaxed);
-  counters_.tx_bytes.fetch_sub(kIpUdpHeaders + packet.size, std::memory_order_relaxed);
+  uncount_tx(counters_, 1, packet.size);
   return false;
 }
 

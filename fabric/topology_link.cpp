@@ -9,14 +9,6 @@
 #include "wire/packet.hpp"
 
 namespace softverbs::fabric {
-namespace {
-
-// The IPv4 and UDP headers in front of every packet: a link carries the
-// datagram, the octets the port counters count (fabric/tap_link.cpp).
-constexpr uint64_t kIpUdpHeaders = 20 + 8;
-
-}  // namespace
-
 void TopologyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos, bool icrc) {
   const std::optional<size_t> to = IN_MULTICAST(ntohl(dst.s_addr)) ? std::nullopt : fabric_.node_at(dst);
   if (!to || *to == node_ || fabric_.topology().link(node_, *to).ideal()) {
@@ -29,7 +21,7 @@ void TopologyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t to
   wire::PacketView view;
   const uint64_t payload = wire::parse(packet, view) == wire::ParseError::ok ? view.payload.size() : 0;
   Clock::time_point arrival;
-  switch (fabric_.cross(node_, *to, kIpUdpHeaders + packet.size(), payload, scheduler_.clock().now(), &arrival)) {
+  switch (fabric_.cross(node_, *to, kIpUdpHeaderBytes + packet.size(), payload, scheduler_.clock().now(), &arrival)) {
     case LinkVerdict::kTooBig:
       counters_.topology_mtu_drops.fetch_add(1, std::memory_order_relaxed);
       return;

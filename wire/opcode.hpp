@@ -331,6 +331,32 @@ constexpr std::array<OpcodeInfo, 256> make_opcode_table() noexcept {
 
 inline constexpr std::array<OpcodeInfo, 256> kOpcodeTable = make_opcode_table();
 
+// request_opcode's answers by transport, class, position and optional headers
+// (none, ImmDt, IETH), built from the rows once: a requester asks for every
+// packet it sends, and a walk over the rows cost a few percent of one.
+inline constexpr std::size_t kTransports = 6, kOpClasses = 11, kPositions = 5, kExtras = 3;
+constexpr int extra_index(std::uint16_t extra) noexcept {
+  return extra == 0 ? 0 : extra == ext::imm ? 1 : extra == ext::ieth ? 2 : -1;
+}
+struct RequestOpcodes {
+  std::uint8_t v[kTransports][kOpClasses][kPositions][kExtras];
+};
+constexpr RequestOpcodes make_request_opcodes() noexcept {
+  RequestOpcodes t{};
+  for (auto& a : t.v)
+    for (auto& b : a)
+      for (auto& c : b)
+        for (auto& d : c) d = 0xFF;
+  for (const OpcodeRow& r : kOpcodeRows) {
+    const int x = extra_index(static_cast<std::uint16_t>(r.headers & (ext::imm | ext::ieth)));
+    std::uint8_t& e = t.v[static_cast<std::size_t>(transport_of(r.opcode))][static_cast<std::size_t>(r.op_class)]
+                         [static_cast<std::size_t>(r.position)][static_cast<std::size_t>(x)];
+    if (e == 0xFF) e = r.opcode;  // the first row that matches, as a walk over the rows finds it
+  }
+  return t;
+}
+inline constexpr RequestOpcodes kRequestOpcodes = make_request_opcodes();
+
 }  // namespace detail
 
 constexpr const OpcodeInfo& opcode_info(std::uint8_t opcode) noexcept {
@@ -349,12 +375,11 @@ constexpr std::size_t header_offset(const OpcodeInfo& info, std::uint16_t bit) n
 
 constexpr std::uint8_t request_opcode(Transport transport, OpClass op_class, Position position,
                                       std::uint16_t extra) noexcept {
-  for (const detail::OpcodeRow& r : detail::kOpcodeRows) {
-    if (detail::transport_of(r.opcode) == transport && r.op_class == op_class && r.position == position &&
-        (r.headers & (ext::imm | ext::ieth)) == extra)
-      return r.opcode;
-  }
-  return 0xFF;
+  const int x = detail::extra_index(extra);
+  const auto t = static_cast<std::size_t>(transport), c = static_cast<std::size_t>(op_class),
+             p = static_cast<std::size_t>(position);
+  if (x < 0 || t >= detail::kTransports || c >= detail::kOpClasses || p >= detail::kPositions) return 0xFF;
+  return detail::kRequestOpcodes.v[t][c][p][static_cast<std::size_t>(x)];
 }
 
 constexpr bool next_opcode_valid(std::uint8_t prev, std::uint8_t cur) noexcept {

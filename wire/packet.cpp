@@ -100,45 +100,6 @@ ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out, con
   return parse_impl(udp_payload, out, &verify);
 }
 
-std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept {
-  const OpcodeInfo& op = opcode_info(opcode);
-  if (!op.supported) return 0;
-  if (!op.has_payload && payload_len != 0) return 0;
-  if (payload_len > kMaxUdpPayload) return 0;  // also keeps the sum below from overflowing
-  const std::size_t pad = (4 - payload_len % 4) % 4;
-  const std::size_t size = op.header_len + payload_len + pad + kIcrcBytes;
-  return size <= kMaxUdpPayload ? size : 0;
-}
-
-bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept {
-  if (packet_size(h.bth.opcode, payload.size()) == 0) return false;
-  const OpcodeInfo& op = opcode_info(h.bth.opcode);
-  // Field by field what each header's encoding keeps (headers.hpp): the
-  // 24-bit fields and the 4-bit TVer masked, the pad count computed as build()
-  // does; headers the opcode does not carry are value-initialised, as parse()
-  // leaves them. Each header is written once (no reset of the whole view
-  // first: the caller's view is usually freshly constructed, so that would be
-  // a second zeroing). wire_test checks this against parse(build()).
-  out.bth = h.bth;
-  out.bth.pad_cnt = static_cast<std::uint8_t>((4 - payload.size() % 4) % 4);
-  out.bth.tver &= 0xF;
-  out.bth.dest_qp &= 0xFFFFFF;
-  out.bth.psn &= 0xFFFFFF;
-  out.deth = op.has(ext::deth) ? Deth{h.deth.qkey, h.deth.src_qp & 0xFFFFFF} : Deth{};
-  out.xrceth = op.has(ext::xrceth) ? Xrceth{h.xrceth.srqn & 0xFFFFFF} : Xrceth{};
-  out.reth = op.has(ext::reth) ? h.reth : Reth{};
-  out.atomic_eth = op.has(ext::atomic_eth) ? h.atomic_eth : AtomicEth{};
-  out.aeth = op.has(ext::aeth) ? Aeth{h.aeth.syndrome, h.aeth.msn & 0xFFFFFF} : Aeth{};
-  out.atomic_ack_eth = op.has(ext::atomic_ack_eth) ? h.atomic_ack_eth : AtomicAckEth{};
-  out.imm = op.has(ext::imm) ? h.imm : Imm{};
-  out.ieth = op.has(ext::ieth) ? h.ieth : Ieth{};
-  out.ip = IpFields{};
-  out.op = &op;
-  out.payload = payload;
-  out.icrc = 0;
-  return true;
-}
-
 namespace {
 
 // The payload's length, or SIZE_MAX past what any packet carries.

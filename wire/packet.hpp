@@ -97,8 +97,17 @@ ParseError parse(std::span<const std::uint8_t> udp_payload, PacketView& out,
 inline constexpr std::size_t kMaxUdpPayload = 65507;
 
 // Size of the packet build() writes for `opcode` and `payload_len` payload
-// bytes: headers + payload + pad + ICRC. 0 if build() would refuse it.
-std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept;
+// bytes: headers + payload + pad + ICRC. 0 if build() would refuse it. Inline:
+// the in-process fast path counts every packet by it.
+constexpr std::size_t packet_size(std::uint8_t opcode, std::size_t payload_len) noexcept {
+  const OpcodeInfo& op = opcode_info(opcode);
+  if (!op.supported) return 0;
+  if (!op.has_payload && payload_len != 0) return 0;
+  if (payload_len > kMaxUdpPayload) return 0;  // also keeps the sum below from overflowing
+  const std::size_t pad = (4 - payload_len % 4) % 4;
+  const std::size_t size = op.header_len + payload_len + pad + kIcrcBytes;
+  return size <= kMaxUdpPayload ? size : 0;
+}
 
 // Writes BTH, the extension headers of h.bth.opcode, the payload gathered from
 // `payload` in order, the pad and the ICRC into `out`, and returns the packet
@@ -117,7 +126,23 @@ std::size_t build(const PacketHeaders& h, std::span<const std::span<const std::u
 // span as given, ip and icrc left default. The in-process fast path hands this
 // to a receiver instead of the bytes (fabric::Link::send_direct). False if
 // build() would refuse the packet.
-bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept;
+// (Inline: the fast path makes one per packet, into a view it reuses.)
+inline bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept;
+
+// The BTH and AETH as parse(build()) gives them back (their encodings keep
+// 24-bit QPNs, PSNs and MSNs and a 4-bit TVer; the pad count follows the
+// payload length): the pieces of as_received that one header needs, for a
+// caller that updates a view it already holds (emu/qp/direct.cpp folds a
+// plain ACK into the previous one this way).
+constexpr Bth as_received(const Bth& b, std::size_t payload_len) noexcept {
+  Bth out = b;
+  out.pad_cnt = static_cast<std::uint8_t>((4 - payload_len % 4) % 4);
+  out.tver &= 0xF;
+  out.dest_qp &= 0xFFFFFF;
+  out.psn &= 0xFFFFFF;
+  return out;
+}
+constexpr Aeth as_received(const Aeth& a) noexcept { return Aeth{a.syndrome, a.msn & 0xFFFFFF}; }
 
 // Single-span payload convenience.
 std::size_t build(const PacketHeaders& h, std::span<const std::uint8_t> payload,
@@ -146,5 +171,33 @@ struct GatheredPacket {
 // false if build() would refuse it (the same rules).
 bool gather(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
             std::span<std::uint8_t, kMaxHeaderBytes> header_room, GatheredPacket& out) noexcept;
+
+// ---------------------------------------------------------------------------
+// Inline definitions
+// ---------------------------------------------------------------------------
+
+inline bool as_received(const PacketHeaders& h, std::span<const std::uint8_t> payload, PacketView& out) noexcept {
+  if (packet_size(h.bth.opcode, payload.size()) == 0) return false;
+  const OpcodeInfo& op = opcode_info(h.bth.opcode);
+  // Field by field what each header's encoding keeps (headers.hpp): the
+  // 24-bit fields and the 4-bit TVer masked, the pad count computed as build()
+  // does; headers the opcode does not carry are value-initialised, as parse()
+  // leaves them. Each header is written once (no reset of the whole view
+  // first). as_received_test checks this against parse(build()).
+  out.bth = as_received(h.bth, payload.size());
+  out.deth = op.has(ext::deth) ? Deth{h.deth.qkey, h.deth.src_qp & 0xFFFFFF} : Deth{};
+  out.xrceth = op.has(ext::xrceth) ? Xrceth{h.xrceth.srqn & 0xFFFFFF} : Xrceth{};
+  out.reth = op.has(ext::reth) ? h.reth : Reth{};
+  out.atomic_eth = op.has(ext::atomic_eth) ? h.atomic_eth : AtomicEth{};
+  out.aeth = op.has(ext::aeth) ? as_received(h.aeth) : Aeth{};
+  out.atomic_ack_eth = op.has(ext::atomic_ack_eth) ? h.atomic_ack_eth : AtomicAckEth{};
+  out.imm = op.has(ext::imm) ? h.imm : Imm{};
+  out.ieth = op.has(ext::ieth) ? h.ieth : Ieth{};
+  out.ip = IpFields{};
+  out.op = &op;
+  out.payload = payload;
+  out.icrc = 0;
+  return true;
+}
 
 }  // namespace softverbs::wire

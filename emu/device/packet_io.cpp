@@ -8,6 +8,7 @@
 #include "emu/objects/objects.hpp"
 #include "emu/device/gsi.hpp"
 #include "emu/qp/qp.hpp"
+#include "fabric/link.hpp"
 #include "wire/cm_mad.hpp"
 #include "core/log.hpp"
 
@@ -134,7 +135,7 @@ bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet,
   // Not in the UDP payload: the IP header's fields, for a UD receive's GRH.
   pkt.ip = ip;
   // The port's data counter counts the datagram: IPv4 and UDP headers too.
-  counters_.rx_bytes.fetch_add(20 + 8 + packet.size(), std::memory_order_relaxed);
+  counters_.rx_bytes.fetch_add(fabric::kIpUdpHeaderBytes + packet.size(), std::memory_order_relaxed);
   if (pkt.bth.dest_qp == wire::kMulticastQpn) counters_.rx_multicast.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -183,11 +184,13 @@ bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
   return qp && qp->try_receive(pkt, src);
 }
 
-void Device::count_direct_rx(const wire::PacketView& pkt) {
-  counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
-  counters_.rx_direct.fetch_add(1, std::memory_order_relaxed);
-  counters_.rx_bytes.fetch_add(20 + 8 + wire::packet_size(pkt.bth.opcode, pkt.payload.size()),
-                               std::memory_order_relaxed);
+void Device::count_direct_rx(const wire::PacketView& pkt, uint64_t packets) {
+  // As admit() counts a datagram, with its IPv4 and UDP headers.
+  const size_t cell = ShardedCounter::here();
+  counters_.rx_packets.add_at(cell, packets);
+  counters_.rx_direct.add_at(cell, packets);
+  counters_.rx_bytes.add_at(
+      cell, packets * (fabric::kIpUdpHeaderBytes + wire::packet_size(pkt.bth.opcode, pkt.payload.size())));
 }
 
 bool Device::forge_reject(in_addr src, const wire::PacketView& pkt, uint16_t reason) {

@@ -113,11 +113,11 @@ void Qp::post_send_completion_locked(const SendWqe& w, ibv_wc_status status) {
   if (send_wc_locked(w, status, &wc)) push_completion_locked(send_cq_, wc, false, w.trace_id);
 }
 
-bool Qp::send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out) {
+bool Qp::send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out, bool count_success) {
   // The hw counters (rxe's rdma_sends, retry_exceeded_err, retry_rnr_exceeded_err)
   // count every send work request that ends so, signaled or not.
   Device::Counters& counters = device().counters();
-  if (status == IBV_WC_SUCCESS) counters.sends_completed.fetch_add(1, std::memory_order_relaxed);
+  if (status == IBV_WC_SUCCESS && count_success) counters.sends_completed.fetch_add(1, std::memory_order_relaxed);
   if (status == IBV_WC_RETRY_EXC_ERR) counters.retry_exceeded.fetch_add(1, std::memory_order_relaxed);
   if (status == IBV_WC_RNR_RETRY_EXC_ERR) counters.rnr_retry_exceeded.fetch_add(1, std::memory_order_relaxed);
   const bool signaled = sq_sig_all_ || (w.send_flags & IBV_SEND_SIGNALED);
@@ -160,21 +160,30 @@ void Qp::retire_acked_locked() {
   // to the send CQ under one CQ lock, when nothing looks at each completion on
   // its way (push_completion_locked: no trace, no completion fault rule, no
   // forced error pending): the same entries in the same order.
+  // The run's successful WQEs are counted (sends_completed) once, before
+  // their completions are pushed, not one counter update per WQE.
   constexpr size_t kBatch = 32;
   ibv_wc batch[kBatch];
   size_t n = 0;
+  uint64_t succeeded = 0;
   const bool batched = send_cq_ && !error_pending_ && !trace::on() && !device().verb_filter().verbs_active();
+  auto push_batch = [&] {
+    device().counters().sends_completed.fetch_add(succeeded, std::memory_order_relaxed);
+    succeeded = 0;
+    if (n) push_send_batch_locked(batch, n);
+    n = 0;
+  };
   while (!sq_.empty() && sq_.front().acked) {
     if (!batched) {
       post_send_completion_locked(sq_.front(), IBV_WC_SUCCESS);
-    } else if (send_wc_locked(sq_.front(), IBV_WC_SUCCESS, &batch[n]) && ++n == kBatch) {
-      push_send_batch_locked(batch, n);
-      n = 0;
+    } else {
+      ++succeeded;
+      if (send_wc_locked(sq_.front(), IBV_WC_SUCCESS, &batch[n], false) && ++n == kBatch) push_batch();
     }
     sq_.pop();
     if (req_.tx_index > 0) --req_.tx_index;
   }
-  if (n) push_send_batch_locked(batch, n);
+  if (succeeded || n) push_batch();
   release_held_error_locked();
   check_drained_locked();
 }

@@ -8,11 +8,13 @@
 // packet the usual way. Answers for the QP this thread holds the lock of go
 // through its inbox, taken before the lock is released.
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/trace.hpp"
 #include "emu/objects/objects.hpp"
 #include "emu/qp/qp.hpp"
+#include "fabric/link.hpp"
 #include "wire/packet.hpp"
 #include "wire/psn.hpp"
 
@@ -27,14 +29,17 @@ struct Stashed {
   // The QP whose plain ACK this is, when it came from transmit_plain_ack_locked
   // on this thread: that QP's next plain ACK may replace it in place.
   const Qp* acker;
+  // Plain ACKs of acker folded into this one (fold_plain_ack_locked), not yet
+  // counted, and acker's device, whose port counts them as sent.
+  uint32_t folded;
+  Device* acker_dev;
   PacketView view;             // its payload is set from bytes when taken
   std::vector<uint8_t> bytes;  // a copy: the sender's memory is not held meanwhile
 };
 
 // This thread's direct-delivery state, in one thread-local object with no
 // constructor or destructor, so that a packet's way through the fast path
-// looks its thread's storage up a few times, with no guard, not once per
-// variable (each lookup is a call in a shared library).
+// looks its thread's storage up with no guard.
 struct DirectState {
   // Direct deliveries under way on this thread. A receiver handed a packet
   // directly answers (ACKs, read responses, its own requests) with packets,
@@ -56,8 +61,13 @@ struct DirectState {
   const Qp* acking;
   uint32_t acking_psn;
 };
-thread_local DirectState direct{};
-thread_local std::vector<Stashed> inbox;
+// Both in the initial-exec TLS model: an offset from the thread pointer, not
+// a call into the dynamic linker per lookup (__tls_get_addr), which the
+// general-dynamic model of a shared library costs. The library is loaded with
+// the program (or dlopen'ed into the static TLS surplus glibc keeps for
+// such variables: these take about a hundred bytes of it).
+[[gnu::tls_model("initial-exec")]] thread_local DirectState direct{};
+[[gnu::tls_model("initial-exec")]] thread_local std::vector<Stashed> inbox;
 
 // A plain positive acknowledgement (IBTA 9.7.5.1.1: no payload, an ACK
 // syndrome), which a later one for a later PSN makes redundant.
@@ -65,6 +75,10 @@ bool plain_ack(const PacketView& pkt) {
   return (pkt.bth.opcode == opcode::rc_acknowledge || pkt.bth.opcode == opcode::xrc_acknowledge) &&
          pkt.aeth.is_ack() && pkt.payload.empty();
 }
+
+// The IP fields a packet handed over directly arrives with: those of the
+// datagram it stands for, which carried no ICRC (fabric::Link::needs_icrc).
+IpFields direct_ip(uint8_t tos) { return IpFields{tos, kDefaultTtl, true}; }
 
 // The responder whose plain ACK pkt is, if it is being sent by
 // transmit_plain_ack_locked on this thread; the mark is used once.
@@ -92,30 +106,15 @@ Qp::DirectScope::~DirectScope() {
 Qp* Qp::direct_scope_qp() { return direct.scope; }
 
 void Qp::stash_direct(const PacketView& pkt, in_addr src) {
+  // Every packet takes its own place, in arrival order; acknowledgements are
+  // coalesced by their sender (transmit_plain_ack_locked), not here.
   DirectState& d = direct;
-  // Coalesced acknowledgements (IBTA 9.7.5.1.1: an ACK acknowledges every
-  // packet up to its PSN, so a responder may send one for several): a plain
-  // ACK right behind another one not yet taken, from the same sender, for a
-  // later PSN, replaces it. The completer then retires the same WQEs, with the
-  // same statuses and in the same order, once instead of once per packet;
-  // anything else (a NAK, a response, a request) keeps its place.
-  if (d.size > d.taken && plain_ack(pkt)) {
-    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
-    if (plain_ack(last.view) && last.src.s_addr == src.s_addr && last.view.bth.dest_qp == pkt.bth.dest_qp &&
-        psn_gt(pkt.bth.psn, last.view.bth.psn)) {
-      // Only what differs between two plain ACKs of one connection.
-      last.view.bth = pkt.bth;
-      last.view.aeth = pkt.aeth;
-      last.view.ip = pkt.ip;
-      last.acker = acker_of(d, pkt);
-      return;
-    }
-  }
   std::vector<Stashed>& box = inbox;
   if (d.size == box.size()) box.emplace_back();
   Stashed& e = box[d.size++];
   e.src = src;
   e.acker = acker_of(d, pkt);
+  e.folded = 0;
   e.view = pkt;
   e.bytes.assign(pkt.payload.begin(), pkt.payload.end());
 }
@@ -129,6 +128,13 @@ void Qp::drain_direct_locked(size_t at_least) {
   d.draining = true;
   std::vector<Stashed>& box = inbox;
   for (size_t i = 0; i < d.size; ++i) {
+    if (box[i].folded) {
+      // The ACKs folded into this one, counted as their packets would have
+      // been (fold_plain_ack_locked) before the completions they retire.
+      const uint64_t n = std::exchange(box[i].folded, 0);
+      fabric::count_tx(box[i].acker_dev->counters(), n, packet_size(box[i].view.bth.opcode, 0));
+      device().count_direct_rx(box[i].view, n);
+    }
     PacketView view = box[i].view;
     // Moving the inbox (it may grow below) keeps each entry's buffer.
     view.payload = std::span<const uint8_t>(box[i].bytes.data(), box[i].bytes.size());
@@ -140,45 +146,49 @@ void Qp::drain_direct_locked(size_t at_least) {
   d.draining = false;
 }
 
-void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
-  // Coalesced at the source (IBTA 9.7.5.1.1: an ACK acknowledges every packet
-  // up to its PSN, and a responder may send one for several): a responder
-  // handed a burst of requests directly answers each with a plain ACK, which
-  // stash_direct would fold into the previous one anyway. When its previous
-  // ACK still waits, untaken and last, in the inbox of the QP this thread
-  // runs, this one replaces it there without being built, walked through the
-  // link and looked up again: the requester then takes one ACK for the burst,
-  // with the same completions, statuses and order. Anything the responder
-  // sent in between (a NAK, a response, a request) is behind it in the inbox,
-  // so the ACK is not last and goes the usual way. It is counted as sent and
-  // received, as the packet it stands for would have been.
+bool Qp::fold_plain_ack_locked(uint8_t opcode, uint32_t psn, Aeth aeth) {
+  // Coalesced acknowledgements, the one place they are (IBTA 9.7.5.1.1: an
+  // ACK acknowledges every packet up to its PSN, so a responder may send one
+  // for several): a responder handed a burst of requests directly answers
+  // each with a plain ACK. When its previous plain ACK still waits, untaken
+  // and last, in the inbox of the QP this thread runs, this one replaces it
+  // there without being built, walked through the link and looked up again:
+  // the requester then takes one ACK for the burst and retires the same WQEs,
+  // with the same statuses and in the same order, once instead of once per
+  // packet. Anything the responder sent in between (a NAK, an RNR NAK, a
+  // response, a request) is behind it in the inbox, so the ACK is not last
+  // and goes the usual way (transmit_plain_ack_locked), keeping its place.
   DirectState& d = direct;
-  h.bth.migreq = migreq_locked();
-  const uint8_t tclass = attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0;
-  if (d.depth > 0 && d.size > d.taken && d.scope && !trace::on()) {
-    Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
-    const uint32_t psn = h.bth.psn & 0xFFFFFF;
-    if (last.acker == this && last.view.bth.dest_qp == (h.bth.dest_qp & 0xFFFFFF) &&
-        last.view.bth.opcode == h.bth.opcode && plain_ack(last.view) && psn_gt(psn, last.view.bth.psn)) {
-      // What as_received would make of h (no payload): only these differ.
-      last.view.bth = h.bth;
-      last.view.bth.pad_cnt = 0;
-      last.view.bth.tver &= 0xF;
-      last.view.bth.dest_qp &= 0xFFFFFF;
-      last.view.bth.psn = psn;
-      last.view.aeth = {h.aeth.syndrome, h.aeth.msn & 0xFFFFFF};
-      last.view.ip = IpFields{tclass, kDefaultTtl, true};
-      const uint64_t bytes = 20 + 8 + packet_size(h.bth.opcode, 0);
-      Device::Counters& tx = device().counters();
-      tx.tx_packets.fetch_add(1, std::memory_order_relaxed);
-      tx.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
-      d.scope->device().count_direct_rx(last.view);
-      return;
-    }
-  }
+  if (d.depth == 0 || d.size <= d.taken || !d.scope || trace::on()) return false;
+  Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
+  // Only this responder's own plain ACK, of the same connection (same
+  // requester QP, same opcode), for an earlier PSN, is replaced.
+  if (last.acker != this || last.view.bth.opcode != opcode || !plain_ack(last.view)) return false;
+  // The headers transmit_locked would send, as as_received makes them.
+  Bth bth;
+  bth.opcode = opcode;
+  bth.dest_qp = attr_.dest_qp_num;
+  bth.psn = psn;
+  bth.migreq = migreq_locked();
+  bth = as_received(bth, 0);
+  if (last.view.bth.dest_qp != bth.dest_qp || !psn_gt(bth.psn, last.view.bth.psn)) return false;
+  last.view.bth = bth;
+  last.view.aeth = as_received(aeth);
+  last.view.ip = direct_ip(attr_.ah_attr.is_global ? attr_.ah_attr.grh.traffic_class : 0);
+  // Counted as sent and received, as the packet it stands for would have
+  // been, when the entry is taken (drain_direct_locked): once per burst,
+  // before the completions it retires are made.
+  if (last.folded++ == 0) last.acker_dev = &device();
+  return true;
+}
+
+void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
+  // Not folded (fold_plain_ack_locked): sent, and the inbox entry it may
+  // become marked as this QP's, so that its next plain ACK may replace it.
+  DirectState& d = direct;
   d.acking = this;
   d.acking_psn = h.bth.psn & 0xFFFFFF;
-  transmit_to_locked(dest_addr_, h, {}, tclass);
+  transmit_locked(h, {});
   direct.acking = nullptr;
 }
 
@@ -214,9 +224,9 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
     }
     bytes = std::span<const uint8_t>(gathered.data(), len);
   }
-  PacketView view;
+  PacketView& view = tx_view_;
   if (!as_received(h, bytes, view)) return false;
-  view.ip = IpFields{tos, kDefaultTtl, true};
+  view.ip = direct_ip(tos);
   ++d.depth;
   const bool done = dev.transmit_direct(dest, view);
   --d.depth;

@@ -182,8 +182,9 @@ class Qp {
   void push_completion_locked(Cq* cq, ibv_wc wc, bool solicited, uint64_t trace_id = 0);
   void post_send_completion_locked(const SendWqe& w, ibv_wc_status status);
   // Counts a send WQE's end and fills its completion; false if it has none to
-  // report (a successful unsignaled one).
-  bool send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out);
+  // report (a successful unsignaled one). count_success false: the caller
+  // counts a successful one itself (retire_acked_locked counts a run at once).
+  bool send_wc_locked(const SendWqe& w, ibv_wc_status status, ibv_wc* out, bool count_success = true);
   // Successful send completions pushed together (retire_acked_locked).
   void push_send_batch_locked(const ibv_wc* wcs, size_t n);
   // Fails w (the oldest unacknowledged send WQE when null) with `status`, after
@@ -220,7 +221,9 @@ class Qp {
                               std::span<const std::span<const uint8_t>> payload, uint8_t tos);
   // A plain ACK (send_ack_locked): folded into this QP's previous one when
   // that one still waits, untaken, in the inbox of the QP it answers
-  // (direct.cpp), else transmitted, marked as this QP's for the next one.
+  // (fold_plain_ack_locked, direct.cpp); else transmit_plain_ack_locked sends
+  // it, marked as this QP's for the next one.
+  bool fold_plain_ack_locked(uint8_t opcode, uint32_t psn, wire::Aeth aeth);
   void transmit_plain_ack_locked(wire::PacketHeaders& h);
   uint32_t mtu_bytes() const { return 128u << attr_.path_mtu; }
   bool resolve_dest_locked();
@@ -374,6 +377,14 @@ class Qp {
   // allocates nothing and looks no thread-local storage up.
   std::vector<std::span<const uint8_t>> tx_payload_;
   std::vector<std::span<uint8_t>> tx_spans_;
+  // The receive buffer pieces a SEND's payload is scattered into
+  // (resp_execute_send_locked): the responder's, under mu_, reused.
+  std::vector<std::span<uint8_t>> rx_spans_;
+  // The view a packet handed over directly is (transmit_direct_locked), under
+  // mu_: as_received writes every field of it, so it is not zeroed first for
+  // each packet. The receiver is done with it when the transmit returns (an
+  // answer for this QP is copied into its inbox, never read from here).
+  wire::PacketView tx_view_;
   // An alternate path was loaded since the last migration (or reset).
   bool alt_loaded_ = false;
   // A completion was forced to an error status (or lost to a CQ overrun): the QP

@@ -240,19 +240,19 @@ bool Qp::send_next_packet_locked() {
   if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
   // A held local error (fail_local_locked): nothing is sent from its WQE on.
   if (req_.held_error != IBV_WC_SUCCESS && sq_.head_position() + req_.tx_index >= req_.held_error_pos) return false;
-  if (!opcode_valid_for(type_, sq_.at(req_.tx_index).opcode)) {
+  SendWqe& w = sq_.at(req_.tx_index);  // found once: each lookup divides by the queue's size
+  if (!opcode_valid_for(type_, w.opcode)) {
     // An opcode the QP's service does not have (an RDMA READ on UC, an RDMA
     // WRITE on UD, ...) was posted, as ConnectX lets it be: it completes with a
     // local QP operation error and the QP goes to the error state, as there.
-    fail_send_locked(&sq_.at(req_.tx_index), IBV_WC_LOC_QP_OP_ERR);
+    fail_send_locked(&w, IBV_WC_LOC_QP_OP_ERR);
     return false;
   }
   if (type_ == IBV_QPT_UD) return send_ud_locked();
   const bool uc = type_ == IBV_QPT_UC;
-  if (is_local_op(sq_.at(req_.tx_index).opcode)) return execute_local_locked(sq_.at(req_.tx_index));
+  if (is_local_op(w.opcode)) return execute_local_locked(w);
   if (!uc && static_cast<uint32_t>(psn_diff(req_.psn, comp_.unacked_psn)) >= kWindow) return false;
 
-  SendWqe& w = sq_.at(req_.tx_index);
   if (req_.tx_offset == 0 && !may_start_locked(w)) return false;
   std::shared_lock mr_lock(device().mr_lock());
   switch (w.opcode) {
@@ -306,7 +306,9 @@ bool Qp::execute_local_locked(SendWqe& w) {
 
 bool Qp::may_start_locked(SendWqe& w) {
   const bool uc = type_ == IBV_QPT_UC;
-  if (!uc) {
+  // Only a fenced WQE or a read or atomic asks how many reads and atomics are
+  // outstanding: a plain SEND or WRITE starts without the count.
+  if (!uc && ((w.send_flags & IBV_SEND_FENCE) || is_read_or_atomic(w.opcode))) {
     // The reads and atomics sent and not yet answered: those between the first
     // unacknowledged WQE and this one (WQEs are acknowledged in order), counted
     // by the running counts of the two, not by a walk over the WQEs between.

@@ -27,13 +27,16 @@ constexpr size_t kMinResources = 16;
 // ---- answers, receive WQEs, duplicates' resources ---------------------------
 
 void Qp::send_ack_locked(Aeth aeth, uint32_t psn) {
+  const uint8_t op = service_opcode(opcode::rc_acknowledge);
+  // A plain ACK may stand for the ones before it (IBTA 9.7.5.1.1), which the
+  // direct path uses (asked before any headers are made: on a burst handed
+  // over directly, most ACKs fold); a NAK or RNR NAK keeps its own packet.
+  if (aeth.is_ack() && fold_plain_ack_locked(op, psn, aeth)) return;
   PacketHeaders h;
-  h.bth.opcode = service_opcode(opcode::rc_acknowledge);
+  h.bth.opcode = op;
   h.bth.dest_qp = attr_.dest_qp_num;
   h.bth.psn = psn;
   h.aeth = aeth;
-  // A plain ACK may stand for the ones before it (IBTA 9.7.5.1.1), which the
-  // direct path uses; a NAK or RNR NAK keeps its own packet.
   if (aeth.is_ack()) {
     transmit_plain_ack_locked(h);
   } else {
@@ -496,7 +499,8 @@ RespStep Qp::resp_execute_locked(RespContext& r) {
 RespStep Qp::resp_execute_send_locked(RespContext& r) {
   const PacketView& pkt = r.pkt;
   const uint64_t plen = pkt.payload.size();
-  std::vector<std::span<uint8_t>> spans;
+  std::vector<std::span<uint8_t>>& spans = rx_spans_;  // the QP's: a packet allocates nothing
+  spans.clear();
   if (plen && !resolve_sges(device(), recv_pd(), resp_.rcv.sges.data(), resp_.rcv.wqe.num_sge, resp_.rcv.offset, plen,
                             IBV_ACCESS_LOCAL_WRITE, spans))
     return RespStep::err_local_protection;

@@ -66,5 +66,28 @@ TEST(RequestOpcode, CombinationsWithoutAnOpcodeAreInvalid) {
   EXPECT_FALSE(opcode_info(request_opcode(Transport::ud, OpClass::send, Position::first, 0)).valid);
 }
 
+// The table request_opcode reads gives, for every combination (out-of-range
+// enum values and header sets included), what a walk over the opcode rows
+// finds: the first row of that transport, class and position whose optional
+// headers are exactly `extra`.
+TEST(RequestOpcode, TableAgreesWithTheRows) {
+  const uint16_t extras[] = {0, ext::imm, ext::ieth, ext::imm | ext::ieth, ext::reth};
+  for (unsigned t = 0; t < 8; ++t)
+    for (unsigned c = 0; c < 13; ++c)
+      for (unsigned p = 0; p < 7; ++p)
+        for (uint16_t x : extras) {
+          uint8_t want = 0xFF;
+          for (const detail::OpcodeRow& r : detail::kOpcodeRows)
+            if (static_cast<unsigned>(detail::transport_of(r.opcode)) == t && static_cast<unsigned>(r.op_class) == c &&
+                static_cast<unsigned>(r.position) == p && (r.headers & (ext::imm | ext::ieth)) == x) {
+              want = r.opcode;
+              break;
+            }
+          EXPECT_EQ(request_opcode(static_cast<Transport>(t), static_cast<OpClass>(c), static_cast<Position>(p), x),
+                    want)
+              << t << " " << c << " " << p << " " << x;
+        }
+}
+
 }  // namespace
 }  // namespace softverbs::wire
