@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "tests/unit/random_headers.hpp"
 #include "wire/opcode.hpp"
 #include "wire/packet.hpp"
 
@@ -24,27 +25,6 @@ Bytes joined(const GatheredPacket& g) {
   for (const auto& piece : g.payload) out.insert(out.end(), piece.begin(), piece.end());
   out.insert(out.end(), g.tail.begin(), g.tail.end());
   return out;
-}
-
-PacketHeaders random_headers(std::mt19937_64& rng, uint8_t opcode) {
-  auto u32 = [&] { return static_cast<uint32_t>(rng()); };
-  PacketHeaders h;
-  h.bth.opcode = opcode;
-  h.bth.se = rng() & 1;
-  h.bth.migreq = rng() & 1;
-  h.bth.pkey = static_cast<uint16_t>(rng());
-  h.bth.dest_qp = u32();
-  h.bth.ack_req = rng() & 1;
-  h.bth.psn = u32();
-  h.deth = {u32(), u32()};
-  h.xrceth = {u32()};
-  h.reth = {rng(), u32(), u32()};
-  h.aeth = {static_cast<uint8_t>(rng()), u32()};
-  h.atomic_eth = {rng(), u32(), rng(), rng()};
-  h.atomic_ack_eth = {rng()};
-  h.imm = {u32()};
-  h.ieth = {u32()};
-  return h;
 }
 
 TEST(WireGather, PiecesPutTogetherAreTheBuiltPacketWithoutIcrc) {

@@ -476,6 +476,20 @@ bool eventually(F cond) {
   return cond();
 }
 
+// Two ends whose receiver b is watched by the scheduler's thread, after a
+// first packet (PSN 1) went from a to b; the thread is stopped before the
+// ends go (their destructors still use the scheduler).
+struct Watched {
+  Watched() {
+    b.link->watch();
+    a.link->send(b.addr, packet(1));
+    b.drain_until(1);
+  }
+  ~Watched() { s.stop(); }
+  RealTimeScheduler s;
+  End a{s, 1, 30s}, b{s, 2, 30s};
+};
+
 // The lease tests' round: with b's ring armed, b's application polls (`poll`:
 // a lease), a sends the packet numbered psn, and `take(held_back)` makes b take
 // it, where held_back says whether the send left the wake-up out. A lease
@@ -506,16 +520,28 @@ bool sent_under_a_lease(End& a, End& b, uint32_t& psn, Poll poll, Take take, Byt
   return false;
 }
 
+// With b's ring armed, `before` runs on b's application thread (a poll, a
+// hint), then a sends packet psn (built by `make`): it must wake b, whatever
+// the timing. b then takes it, and psn moves on.
+template <class Before>
+void sent_with_a_wake_up(End& a, End& b, uint32_t& psn, Before before, Bytes (*make)(uint32_t) = nullptr) {
+  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
+  before();
+  const uint64_t woken = a.link->wakeups();
+  a.link->send(b.addr, make ? make(psn) : packet(psn));
+  EXPECT_EQ(a.link->wakeups(), woken + 1);
+  b.drain_until(psn);
+  ASSERT_EQ(b.rx.count(), psn);
+  ++psn;
+}
+
 // While the receiver's application polls (poll_shared), the sender leaves
 // the wake-up out; once the application goes off to work (note_busy), the
 // next packet wakes it again.
 TEST(HostLink, APollingReceiverIsNotWoken) {
-  auto sched = std::make_unique<RealTimeScheduler>();
-  RealTimeScheduler& s = *sched;
-  End a(s, 1, 30s), b(s, 2, 30s);
-  b.link->watch();
-  a.link->send(b.addr, packet(1));
-  b.drain_until(1);
+  Watched w;
+  RealTimeScheduler& s = w.s;
+  End &a = w.a, &b = w.b;
   ASSERT_EQ(b.rx.count(), 1u);
   uint32_t psn = 2;
   EXPECT_TRUE(sent_under_a_lease(
@@ -526,13 +552,7 @@ TEST(HostLink, APollingReceiverIsNotWoken) {
         }
         b.drain_until(psn);  // the poller takes the packet
       }));
-  s.note_busy();  // the application goes off to work
-  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-  const uint64_t woken = a.link->wakeups();
-  a.link->send(b.addr, packet(psn));
-  EXPECT_EQ(a.link->wakeups(), woken + 1);
-  b.drain_until(psn);
-  EXPECT_EQ(b.rx.count(), psn);
+  sent_with_a_wake_up(a, b, psn, [&] { s.note_busy(); });  // the application goes off to work
   s.stop();
 }
 
@@ -540,12 +560,9 @@ TEST(HostLink, APollingReceiverIsNotWoken) {
 // lease lasts: many polls in a row keep the lease (the sender still leaves
 // wake-ups out), and a lease that ended starts again from the true time.
 TEST(HostLink, ManyPollsInARowKeepTheLease) {
-  auto sched = std::make_unique<RealTimeScheduler>();
-  RealTimeScheduler& s = *sched;
-  End a(s, 1, 30s), b(s, 2, 30s);
-  b.link->watch();
-  a.link->send(b.addr, packet(1));
-  b.drain_until(1);
+  Watched w;
+  RealTimeScheduler& s = w.s;
+  End &a = w.a, &b = w.b;
   uint32_t psn = 2;
   for (int round = 0; round < 2; ++round) {
     EXPECT_TRUE(sent_under_a_lease(
@@ -564,12 +581,9 @@ TEST(HostLink, ManyPollsInARowKeepTheLease) {
 // completions) takes what came under it itself, before note_busy returns,
 // instead of waking the progress thread on its CPU.
 TEST(HostLink, TheThreadEndingItsLeaseTakesWhatCameUnderIt) {
-  auto sched = std::make_unique<RealTimeScheduler>();
-  RealTimeScheduler& s = *sched;
-  End a(s, 1, 30s), b(s, 2, 30s);
-  b.link->watch();
-  a.link->send(b.addr, packet(1));
-  b.drain_until(1);
+  Watched w;
+  RealTimeScheduler& s = w.s;
+  End &a = w.a, &b = w.b;
   uint32_t psn = 2;
   EXPECT_TRUE(sent_under_a_lease(
       a, b, psn, [&] { (void)b.link->poll_shared(); },  // a lease
@@ -588,12 +602,9 @@ TEST(HostLink, TheThreadEndingItsLeaseTakesWhatCameUnderIt) {
 // lease ends (note_busy: by the thread that ends it) or runs out (no poll: by
 // the progress thread).
 TEST(HostLink, WhatCameUnderALeaseIsServedAfterIt) {
-  auto sched = std::make_unique<RealTimeScheduler>();
-  RealTimeScheduler& s = *sched;
-  End a(s, 1, 30s), b(s, 2, 30s);
-  b.link->watch();
-  a.link->send(b.addr, packet(1));
-  b.drain_until(1);
+  Watched w;
+  RealTimeScheduler& s = w.s;
+  End &a = w.a, &b = w.b;
   ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
   for (bool ended : {true, false}) {
     (void)b.link->poll_shared();
@@ -617,12 +628,9 @@ TEST(HostLink, WhatCameUnderALeaseIsServedAfterIt) {
 // (ibv_req_notify_cq) ends that too. An ACK held back is served by the
 // progress thread once the answer lease runs out.
 TEST(HostLink, AnswersKeepTheirLeaseWhileTheApplicationWorks) {
-  auto sched = std::make_unique<RealTimeScheduler>();
-  RealTimeScheduler& s = *sched;
-  End a(s, 1, 30s), b(s, 2, 30s);
-  b.link->watch();
-  a.link->send(b.addr, packet(1));
-  b.drain_until(1);
+  Watched w;
+  RealTimeScheduler& s = w.s;
+  End &a = w.a, &b = w.b;
   uint32_t psn = 2;
   EXPECT_TRUE(sent_under_a_lease(
       a, b, psn,
@@ -633,25 +641,18 @@ TEST(HostLink, AnswersKeepTheirLeaseWhileTheApplicationWorks) {
       [&](bool) { b.drain_until(psn); },  // the next poll takes it
       &ack));
   // A request: woken.
-  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-  (void)b.link->poll_shared();
-  s.note_busy();
-  uint64_t woken = a.link->wakeups();
-  a.link->send(b.addr, packet(psn));
-  EXPECT_EQ(a.link->wakeups(), woken + 1);
-  b.drain_until(psn);
-  ASSERT_EQ(b.rx.count(), psn);
-  ++psn;
+  sent_with_a_wake_up(a, b, psn, [&] {
+    (void)b.link->poll_shared();
+    s.note_busy();
+  });
   // May block: an ACK wakes it again.
-  ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
-  (void)b.link->poll_shared();
-  s.note_may_block();
-  woken = a.link->wakeups();
-  a.link->send(b.addr, ack(psn));
-  EXPECT_EQ(a.link->wakeups(), woken + 1);
-  b.drain_until(psn);
-  ASSERT_EQ(b.rx.count(), psn);
-  ++psn;
+  sent_with_a_wake_up(
+      a, b, psn,
+      [&] {
+        (void)b.link->poll_shared();
+        s.note_may_block();
+      },
+      &ack);
   // An ACK under the answer lease, and no poll after it: the progress thread
   // serves it when the lease runs out.
   ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
