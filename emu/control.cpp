@@ -25,7 +25,7 @@ int EmuProvider::device_counters(const char* device_name, softverbs_counters* ou
   Device* d = device_named(device_name);
   if (!d) return ENODEV;
   const auto& c = d->counters();
-  *out = softverbs_counters{c.tx_packets.load(),         c.rx_packets.load(),      c.rx_icrc_errors.load(),
+  *out = softverbs_counters{c.tx_packets.load(),         c.rx_packets(),      c.rx_icrc_errors.load(),
                             c.rx_malformed.load(),       c.rx_unknown_qp.load(),   c.rx_dropped.load(),
                             c.retransmits.load(),        c.timeouts.load(),        c.naks_sent.load(),
                             c.naks_received.load(),      c.rnr_naks_sent.load(),   c.rnr_naks_received.load(),

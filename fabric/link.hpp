@@ -28,7 +28,9 @@ namespace softverbs::fabric {
 // Sharded by thread (core/counter.hpp): threads driving QPs of their own do not
 // contend on them.
 struct LinkCounters {
-  ShardedCounter tx_packets, rx_packets, rx_icrc_errors;
+  // rx_datagrams: the packets taken off the link as bytes; the device adds those
+  // handed over without bytes (emu::Device::Counters::rx_packets).
+  ShardedCounter tx_packets, rx_datagrams, rx_icrc_errors;
   // What went out: the packets' IPv4 datagram bytes (IP and UDP headers, BTH ..
   // ICRC), and how many of the packets went to a multicast group.
   ShardedCounter tx_bytes, tx_multicast;

@@ -323,7 +323,7 @@ void log_counters_at_exit() {
            "device %s: tx %lu rx %lu icrc_err %lu malformed %lu unknown_qp %lu dropped %lu retransmits %lu "
            "timeouts %lu naks_sent %lu naks_rcvd %lu rnr_sent %lu rnr_rcvd %lu duplicates %lu host_drops %lu "
            "topology_loss %lu topology_mtu %lu",
-           d->name().c_str(), c.tx_packets.load(), c.rx_packets.load(), c.rx_icrc_errors.load(), c.rx_malformed.load(),
+           d->name().c_str(), c.tx_packets.load(), c.rx_packets(), c.rx_icrc_errors.load(), c.rx_malformed.load(),
            c.rx_unknown_qp.load(), c.rx_dropped.load(), c.retransmits.load(), c.timeouts.load(), c.naks_sent.load(),
            c.naks_received.load(), c.rnr_naks_sent.load(), c.rnr_naks_received.load(), c.duplicates.load(),
            c.host_drops.load(), c.topology_loss_drops.load(), c.topology_mtu_drops.load());

@@ -109,7 +109,7 @@ bool Device::try_poll() {
 // The checks every received datagram passes before the fault layer sees it.
 bool Device::admit(in_addr src, uint16_t sport, std::span<const uint8_t> packet, wire::PacketView& pkt,
                    wire::IpFields ip) {
-  counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  counters_.rx_datagrams.fetch_add(1, std::memory_order_relaxed);
   if (!port_active()) {
     counters_.port_down_drops.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -187,7 +187,6 @@ bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
 void Device::count_direct_rx(const wire::PacketView& pkt, uint64_t packets) {
   // As admit() counts a datagram, with its IPv4 and UDP headers.
   const size_t cell = ShardedCounter::here();
-  counters_.rx_packets.add_at(cell, packets);
   counters_.rx_direct.add_at(cell, packets);
   counters_.rx_bytes.add_at(
       cell, packets * (fabric::kIpUdpHeaderBytes + wire::packet_size(pkt.bth.opcode, pkt.payload.size())));

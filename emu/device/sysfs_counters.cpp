@@ -104,7 +104,7 @@ CounterValues counter_values(Device& dev) {
   v.tx_packets = get(c.tx_packets);
   // What the port received: rx_packets counts every datagram the device took
   // off its link, before its checks.
-  v.rx_packets = get(c.rx_packets);
+  v.rx_packets = c.rx_packets();
   v.tx_multicast = get(c.tx_multicast);
   v.rx_multicast = get(c.rx_multicast);
   v.rx_errors = get(c.rx_icrc_errors) + get(c.rx_malformed);

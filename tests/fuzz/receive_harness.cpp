@@ -690,7 +690,7 @@ void Harness::settle() {
     const std::uint64_t before = tx();
     for (Side& s : sides_) s.dev->progress(true);
     std::uint64_t rx = 0;
-    for (Side& s : sides_) rx += s.dev->counters().rx_packets.load();
+    for (Side& s : sides_) rx += s.dev->counters().rx_packets();
     // Every packet sent between the devices has been handled, and handling
     // them sent nothing new.
     if (rx - injected_ == before && tx() == before) return;
@@ -975,7 +975,7 @@ std::string Harness::stats() const {
         buf, sizeof buf,
         "; device %d: rx %llu icrc_err %llu malformed %llu unknown_qp %llu dropped %llu naks %llu "
         "rnr %llu dup %llu",
-        i, static_cast<unsigned long long>(c.rx_packets.load()),
+        i, static_cast<unsigned long long>(c.rx_packets()),
         static_cast<unsigned long long>(c.rx_icrc_errors.load()),
         static_cast<unsigned long long>(c.rx_malformed.load()), static_cast<unsigned long long>(c.rx_unknown_qp.load()),
         static_cast<unsigned long long>(c.rx_dropped.load()), static_cast<unsigned long long>(c.naks_sent.load()),
