@@ -21,7 +21,6 @@
 // reader sees the flag and backs out, or the writer sees the reader.
 #pragma once
 
-#include <pthread.h>
 #include <sched.h>
 
 #include <atomic>
@@ -78,12 +77,19 @@ class SpreadSharedMutex {
     std::atomic<int64_t> readers{0};
   };
 
-  // The calling thread's cell: its thread pointer, hashed (no thread-local
-  // lookup, which costs a call in a shared library).
+  // The calling thread's cell, given out in turn when a thread first takes a
+  // lock of this kind, so that threads started together get cells of their
+  // own (a hash of the thread pointer put two threads in one cell about once
+  // in 16, and glibc reuses thread stacks, so a process kept the collision and
+  // its two streaming threads shared one line). Initial-exec TLS: an offset
+  // from the thread pointer, not a call, in a shared library.
   static size_t cell() noexcept {
-    const auto self = static_cast<uint64_t>(::pthread_self());
-    return static_cast<size_t>((self * 0x9E3779B97F4A7C15ull) >> 60) % kCells;
+    [[gnu::tls_model("initial-exec")]] static thread_local size_t mine = kCells;  // kCells: none yet
+    if (mine == kCells) [[unlikely]]
+      mine = next_cell_.fetch_add(1, std::memory_order_relaxed) % kCells;
+    return mine;
   }
+  static inline std::atomic<size_t> next_cell_{0};
   bool no_readers() const noexcept {
     for (const Cell& c : cells_)
       if (c.readers.load(std::memory_order_seq_cst) != 0) return false;
