@@ -15,9 +15,9 @@ namespace softverbs::fabric {
 namespace {
 
 // A lease's length: a thread that stops polling without posting, finding a
-// completion or blocking leaves a packet that came meanwhile waiting at most
-// this long; while it polls, the progress thread wakes once per lease to
-// renew its timer.
+// completion or blocking (an answer: without blocking) leaves a packet that
+// came meanwhile waiting at most this long; while it polls, the progress
+// thread wakes once per lease to renew its timer.
 constexpr auto kLease = std::chrono::milliseconds(1);
 // A sender leaves a wake-up out only if the lease lasts this much longer than
 // its own clock says, so that the receiver's timer, which looks at the rings

@@ -82,7 +82,6 @@ constexpr auto kAppPolling = std::chrono::microseconds(200);
 enum class RxRole : uint8_t { app, serve, end_lease };
 thread_local RxRole rx_role = RxRole::app;
 
-
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -370,9 +369,11 @@ int HostLink::send_ring(Peer& peer, in_addr dst, std::span<const std::span<const
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) return -1;
   }
   // A receiver whose application polls its rings is not woken (its leases).
-  // The packet's first piece after the prefix starts with its BTH.
-  const bool answer = parts.size() > 1 && !parts[1].empty() && wire::answers_requester(parts[1][0]);
-  if (ring.armed() && ring.take_wake(lease_horizon_ns(), answer)) {
+  // The packet's first piece after the prefix starts with its BTH: looked at
+  // only for a receiver that asked for a wake-up.
+  if (ring.armed() &&
+      ring.take_wake(lease_horizon_ns(),
+                     parts.size() > 1 && !parts[1].empty() && wire::answers_requester(parts[1][0]))) {
     wakeups_.fetch_add(1, std::memory_order_relaxed);
     uint8_t msg[kPrefix] = {};
     std::memcpy(msg, kWakeMagic, sizeof kWakeMagic);
