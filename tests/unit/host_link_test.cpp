@@ -553,7 +553,6 @@ TEST(HostLink, APollingReceiverIsNotWoken) {
         b.drain_until(psn);  // the poller takes the packet
       }));
   sent_with_a_wake_up(a, b, psn, [&] { s.note_busy(); });  // the application goes off to work
-  s.stop();
 }
 
 // A thread that keeps polling reads the clock only every few polls while its
@@ -574,7 +573,6 @@ TEST(HostLink, ManyPollsInARowKeepTheLease) {
         << round;
     s.note_busy();  // the lease ends; the next round's polls start a new one
   }
-  s.stop();
 }
 
 // The application thread that ends its lease (a post, a poll that found
@@ -595,7 +593,6 @@ TEST(HostLink, TheThreadEndingItsLeaseTakesWhatCameUnderIt) {
           b.drain_until(psn);  // woken (descheduled past the lease): try again
         }
       }));
-  s.stop();
 }
 
 // A packet that came under a lease without a wake-up is served when the
@@ -619,7 +616,6 @@ TEST(HostLink, WhatCameUnderALeaseIsServedAfterIt) {
     EXPECT_EQ(b.rx.count(), ended ? 2u : 3u);
     ASSERT_TRUE(eventually([&] { return b.link->armed_rings() == 1; }));
   }
-  s.stop();
 }
 
 // Going off to work (a post, a poll that found completions) ends the lease
@@ -663,7 +659,6 @@ TEST(HostLink, AnswersKeepTheirLeaseWhileTheApplicationWorks) {
   EXPECT_TRUE(eventually([&] { return b.rx.readies > readies; }));
   b.drain_until(psn);
   EXPECT_EQ(b.rx.count(), psn);
-  s.stop();
 }
 
 // A sender that passes a ring and then writes nonsense into it (or into the
