@@ -167,6 +167,8 @@ class WorkQueue {
     if (max_wr == 0 || max_wr < size() || (wqes_ && !own_)) return EINVAL;
     if (!wqes_) {  // no ring yet: reserve() sizes it
       max_wr_ = max_wr;
+      head_slot_ = index(head_);
+      tail_slot_ = index(tail_);
       return 0;
     }
     std::unique_ptr<uint8_t[]> buf;
@@ -186,6 +188,8 @@ class WorkQueue {
                     &bigger.inline_[static_cast<size_t>(to) * max_inline_]);
     }
     max_wr_ = max_wr;
+    head_slot_ = index(head_);
+    tail_slot_ = index(tail_);
     wqes_ = bigger.wqes_;
     sges_ = bigger.sges_;
     inline_ = bigger.inline_;
@@ -207,24 +211,33 @@ class WorkQueue {
   bool full() const { return size() >= max_wr_; }
 
   // Slot for the next post (after reserve()); valid until push().
-  Wqe& next() { return wqes_[index(tail_)]; }
-  Sge* next_sges() { return &sges_[static_cast<size_t>(index(tail_)) * max_sge_]; }
-  uint8_t* next_inline() { return max_inline_ ? &inline_[static_cast<size_t>(index(tail_)) * max_inline_] : nullptr; }
-  void push() { ++tail_; }
+  Wqe& next() { return wqes_[tail_slot_]; }
+  Sge* next_sges() { return &sges_[static_cast<size_t>(tail_slot_) * max_sge_]; }
+  uint8_t* next_inline() { return max_inline_ ? &inline_[static_cast<size_t>(tail_slot_) * max_inline_] : nullptr; }
+  void push() {
+    ++tail_;
+    tail_slot_ = step(tail_slot_);
+  }
   // The entry the last push() queued.
-  Wqe& back() { return wqes_[index(tail_ - 1)]; }
+  Wqe& back() { return wqes_[tail_slot_ ? tail_slot_ - 1 : slots_for(max_wr_) - 1]; }
 
   // The i-th outstanding entry from the head (0 = oldest).
-  Wqe& at(uint32_t i) { return wqes_[index(head_ + i)]; }
-  Sge* sges_at(uint32_t i) { return &sges_[static_cast<size_t>(index(head_ + i)) * max_sge_]; }
+  Wqe& at(uint32_t i) { return wqes_[slot_at(i)]; }
+  Sge* sges_at(uint32_t i) { return &sges_[static_cast<size_t>(slot_at(i)) * max_sge_]; }
   uint8_t* inline_at(uint32_t i) {
-    return max_inline_ ? &inline_[static_cast<size_t>(index(head_ + i)) * max_inline_] : nullptr;
+    return max_inline_ ? &inline_[static_cast<size_t>(slot_at(i)) * max_inline_] : nullptr;
   }
   Wqe& front() { return at(0); }
-  void pop() { ++head_; }
+  void pop() {
+    ++head_;
+    head_slot_ = step(head_slot_);
+  }
   // Positions only grow, also across clear(): a position remembered by the
   // engine (the first unacknowledged send WQE) stays meaningful.
-  void clear() { head_ = tail_; }
+  void clear() {
+    head_ = tail_;
+    head_slot_ = tail_slot_;
+  }
   // The position of the head entry since the queue was created.
   uint64_t head_position() const { return head_; }
 
@@ -246,13 +259,23 @@ class WorkQueue {
   static size_t inline_offset(size_t slots, uint32_t max_sge) {
     return sges_offset(slots) + round(slots * max_sge * sizeof(Sge));
   }
-  uint32_t index(uint64_t n) const { return static_cast<uint32_t>(n % (max_wr_ ? max_wr_ : 1)); }
+  uint32_t index(uint64_t n) const { return static_cast<uint32_t>(n % slots_for(max_wr_)); }
+  // The slots of the head and tail positions (index(head_), index(tail_)),
+  // kept as the positions move: an entry is found with no division.
+  uint32_t step(uint32_t slot) const { return slot + 1 == slots_for(max_wr_) ? 0 : slot + 1; }
+  uint32_t slot_at(uint32_t i) const {
+    const uint64_t n = slots_for(max_wr_);
+    const uint64_t s = uint64_t{head_slot_} + i;
+    return static_cast<uint32_t>(s < n ? s : s - n < n ? s - n : s % n);
+  }
 
   uint32_t max_wr_ = 0;
   uint32_t max_sge_ = 1;
   uint32_t max_inline_ = 0;
   uint64_t head_ = 0;
   uint64_t tail_ = 0;
+  uint32_t head_slot_ = 0;
+  uint32_t tail_slot_ = 0;
   std::unique_ptr<uint8_t[]> own_;  // the buffer, unless the caller gave one
   Wqe* wqes_ = nullptr;
   Sge* sges_ = nullptr;
