@@ -199,7 +199,8 @@ bool Qp::send_ud_locked() {
     fail_send_locked(&w, IBV_WC_LOC_LEN_ERR);
     return false;
   }
-  std::shared_lock mr_lock(device().mr_lock());
+  // Taken only to read registered memory: inline data was copied when posted.
+  std::shared_lock mr_lock(device().mr_lock(), std::defer_lock);
   PacketHeaders h;
   const bool with_imm = w.opcode == IBV_WR_SEND_WITH_IMM;
   h.bth.opcode = with_imm ? opcode::ud_send_only_with_immediate : opcode::ud_send_only;
@@ -217,6 +218,7 @@ bool Qp::send_ud_locked() {
       payload.emplace_back(sq_.inline_at(req_.tx_index), w.total_length);
     } else {
       std::vector<std::span<uint8_t>>& spans = tx_spans_;
+      mr_lock.lock();
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, 0, w.total_length, 0, spans)) {
         mr_lock.unlock();
         fail_send_locked(&w, personality().bad_lkey);  // an SGE no region covers
@@ -228,7 +230,7 @@ bool Qp::send_ud_locked() {
   in_addr dest{};
   dest.s_addr = w.ud_dest;
   transmit_to_locked(dest, h, payload, w.ud_tclass);
-  mr_lock.unlock();
+  if (mr_lock.owns_lock()) mr_lock.unlock();
   req_.psn = psn_add(req_.psn, 1);
   w.started = w.acked = true;
   ++req_.tx_index;
@@ -254,7 +256,10 @@ bool Qp::send_next_packet_locked() {
   if (!uc && static_cast<uint32_t>(psn_diff(req_.psn, comp_.unacked_psn)) >= kWindow) return false;
 
   if (req_.tx_offset == 0 && !may_start_locked(w)) return false;
-  std::shared_lock mr_lock(device().mr_lock());
+  // The region lock is taken only where a request reads registered memory
+  // (send_data_packet_locked): inline data was copied when it was posted, and
+  // a READ or atomic request carries none.
+  std::shared_lock mr_lock(device().mr_lock(), std::defer_lock);
   switch (w.opcode) {
     case IBV_WR_RDMA_READ:
       send_read_request_locked(w, req_.psn, req_.tx_offset);
@@ -399,6 +404,7 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<SpreadSharedMutex>
       payload.emplace_back(sq_.inline_at(req_.tx_index) + req_.tx_offset, len);
     } else {
       std::vector<std::span<uint8_t>>& spans = tx_spans_;
+      mr_lock.lock();
       if (!resolve_sges(device(), pd_, sq_.sges_at(req_.tx_index), w.num_sge, req_.tx_offset, len, 0, spans)) {
         mr_lock.unlock();
         fail_local_locked(w, personality().bad_lkey);  // an SGE no region covers
@@ -408,7 +414,7 @@ bool Qp::send_data_packet_locked(SendWqe& w, std::shared_lock<SpreadSharedMutex>
     }
   }
   transmit_locked(h, payload);
-  mr_lock.unlock();
+  if (mr_lock.owns_lock()) mr_lock.unlock();
   req_.psn = psn_add(req_.psn, 1);
   req_.tx_offset += len;
   if (last) {
