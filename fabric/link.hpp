@@ -58,6 +58,12 @@ inline void count_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) n
   c.tx_packets.add_at(cell, packets);
   c.tx_bytes.add_at(cell, packets * (kIpUdpHeaderBytes + packet_bytes));
 }
+// `packets` packets of `packet_bytes` bytes in all (a direct session's burst).
+inline void count_tx_total(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
+  const size_t cell = ShardedCounter::here();
+  c.tx_packets.add_at(cell, packets);
+  c.tx_bytes.add_at(cell, packets * kIpUdpHeaderBytes + packet_bytes);
+}
 inline void uncount_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
   c.tx_packets.fetch_sub(packets);
   c.tx_bytes.fetch_sub(packets * (kIpUdpHeaderBytes + packet_bytes));

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 namespace softverbs::emu {
 
@@ -107,6 +108,10 @@ class QpPin {
   explicit operator bool() const noexcept { return qp_ != nullptr; }
   Qp* operator->() const noexcept { return qp_; }
   Qp* get() const noexcept { return qp_; }
+  // Keeps the pin past this object's life (a direct session, emu/qp/direct.cpp):
+  // the caller gives it back with unpin.
+  QpSlot* keep() noexcept { return std::exchange(slot_, nullptr); }
+  static void unpin(QpSlot* slot) noexcept { slot->pins.fetch_sub(1, std::memory_order_release); }
 
  private:
   QpSlot* slot_;

@@ -180,16 +180,19 @@ bool Device::receive_direct(in_addr src, const wire::PacketView& pkt) {
   // waits for it), and the link has checked that no queued packet is waiting
   // to be delivered before this one (fabric::LocalLink::receive_direct_from).
   // So threads driving different QPs of the device do not meet here.
-  const QpPin qp = pin_qp(pkt.bth.dest_qp);
-  return qp && qp->try_receive(pkt, src);
+  QpPin qp = pin_qp(pkt.bth.dest_qp);
+  return qp && qp->try_receive(pkt, src, qp);
 }
 
 void Device::count_direct_rx(const wire::PacketView& pkt, uint64_t packets) {
+  count_direct_rx_total(packets, packets * wire::packet_size(pkt.bth.opcode, pkt.payload.size()));
+}
+
+void Device::count_direct_rx_total(uint64_t packets, uint64_t packet_bytes) {
   // As admit() counts a datagram, with its IPv4 and UDP headers.
   const size_t cell = ShardedCounter::here();
   counters_.rx_direct.add_at(cell, packets);
-  counters_.rx_bytes.add_at(
-      cell, packets * (fabric::kIpUdpHeaderBytes + wire::packet_size(pkt.bth.opcode, pkt.payload.size())));
+  counters_.rx_bytes.add_at(cell, packets * fabric::kIpUdpHeaderBytes + packet_bytes);
 }
 
 bool Device::forge_reject(in_addr src, const wire::PacketView& pkt, uint16_t reason) {

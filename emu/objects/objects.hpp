@@ -217,9 +217,9 @@ class Device final : private fabric::PacketSink {
   bool transmit_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) {
     return port_active() && link_->send_gathered(dst, packet, tos);
   }
-  // What admit() counts for `packets` packets like view that arrived without
-  // bytes (the QP's try_receive, from any thread: the counters are sharded).
+  // What admit() counts for packets like view, or of packet_bytes in all, that came without bytes.
   void count_direct_rx(const wire::PacketView& view, uint64_t packets = 1);
+  void count_direct_rx_total(uint64_t packets, uint64_t packet_bytes);
   // Receives and processes the packets waiting for this device. Application
   // threads pass block=false and skip the work when another thread is at it.
   void progress(bool block);

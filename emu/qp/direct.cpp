@@ -7,6 +7,17 @@
 // Only try-locks are taken towards the receiver; a busy receiver gets the
 // packet the usual way. Answers for the QP this thread holds the lock of go
 // through its inbox, taken before the lock is released.
+//
+// A direct session: the first packet of a requester's burst finds its
+// receiver through the link's layers (fabric::Link::send_direct), which check
+// that nothing needs the packet's bytes and that nothing queued for the
+// receiver would be overtaken, and try its lock. The receiver's QP then stays
+// locked and pinned for the burst's next packets to the same QP, which go to
+// it straight: the burst is handed over as one, as a NIC's doorbell batch is.
+// The session ends when the burst does (the requester's send loop, or its
+// lock's scope), or at a packet that goes elsewhere or the usual way. While a
+// thread holds a receiver so it waits for nothing but leaf locks and the
+// sending device's region lock, which no QP lock is ever waited for under.
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -60,6 +71,20 @@ struct DirectState {
   // inbox entry it becomes is marked as that QP's (stash_direct).
   const Qp* acking;
   uint32_t acking_psn;
+  // The direct session (above): the sending QP (the scope), the receiver QP,
+  // locked and pinned (its slot), the address the packets go to and the one
+  // they come from. `opening` asks the end of the link's chain
+  // (Qp::try_receive) to keep the receiver it reaches.
+  Qp* session_from;
+  Qp* session_to;
+  QpSlot* session_pin;
+  in_addr session_dest;
+  in_addr session_src;
+  bool opening;
+  // The session's packets after the first and their bytes, counted as sent
+  // and received when it ends, once for the burst.
+  uint64_t session_packets;
+  uint64_t session_bytes;
 };
 // Both in the initial-exec TLS model: an offset from the thread pointer, not
 // a call into the dynamic linker per lookup (__tls_get_addr), which the
@@ -99,6 +124,7 @@ Qp::DirectScope::DirectScope(Qp* qp) : qp_(nullptr) {
 
 Qp::DirectScope::~DirectScope() {
   if (!qp_) return;
+  qp_->end_direct_session_locked();  // normally ended already: requester_locked ends it
   qp_->drain_direct_locked();  // normally empty already: requester_locked takes it
   direct.scope = nullptr;
 }
@@ -192,6 +218,38 @@ void Qp::transmit_plain_ack_locked(PacketHeaders& h) {
   direct.acking = nullptr;
 }
 
+bool Qp::try_receive(const PacketView& pkt, in_addr src, QpPin& pin) {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  device().count_direct_rx(pkt);
+  DirectState& d = direct;
+  if (std::exchange(d.opening, false)) {
+    // The first packet of a sender's burst: the session keeps this QP locked
+    // and pinned for the next ones (transmit_direct_locked).
+    d.session_to = this;
+    d.session_pin = pin.keep();
+    d.session_src = src;
+    lock.release();
+  }
+  receive_locked(pkt, src, in_addr{});
+  return true;
+}
+
+void Qp::end_direct_session_locked() {
+  DirectState& d = direct;
+  if (d.session_from != this) return;
+  d.session_from = nullptr;
+  if (Qp* to = std::exchange(d.session_to, nullptr)) {
+    if (const uint64_t n = std::exchange(d.session_packets, 0)) {
+      const uint64_t bytes = std::exchange(d.session_bytes, 0);
+      fabric::count_tx_total(device().counters(), n, bytes);
+      to->device().count_direct_rx_total(n, bytes);
+    }
+    to->mu_.unlock();
+    QpPin::unpin(std::exchange(d.session_pin, nullptr));
+  }
+}
+
 bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
                                 std::span<const std::span<const uint8_t>> payload, uint8_t tos) {
   // The in-process fast path (fabric::Link::send_direct): the receiver gets
@@ -204,11 +262,17 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   DirectState& d = direct;
   if (d.depth > 0 && !(d.scope && h.bth.dest_qp == d.scope->qpn())) return false;
   Device& dev = device();
+  // The session this QP's burst opened goes on with a packet to the same QP;
+  // any other packet of this QP ends it (it goes elsewhere or the usual way).
+  Qp* const to = d.session_from == this ? d.session_to : nullptr;
+  const bool in_session = to && d.depth == 0 && dest.s_addr == d.session_dest.s_addr && h.bth.dest_qp == to->qpn() &&
+                          dev.port_active() && to->device().port_active();
+  if (!in_session && d.depth == 0) end_direct_session_locked();
   // A packet whose payload is one piece goes straight to send_direct, which
   // refuses whatever direct_ok would (fabric::Link::send_direct): asking
   // first walked the link's layers twice per packet. A gathered payload is
   // asked about first, not to copy it for nothing.
-  if (payload.size() > 1 && !dev.direct_ok(dest)) return false;
+  if (!in_session && payload.size() > 1 && !dev.direct_ok(dest)) return false;
   size_t len = 0;
   for (const auto& p : payload) len += p.size();
   std::span<const uint8_t> bytes;
@@ -227,9 +291,31 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   PacketView& view = tx_view_;
   if (!as_received(h, bytes, view)) return false;
   view.ip = direct_ip(tos);
+  if (in_session) {
+    // Counted as TapLink::send_direct and Qp::try_receive count it, when the
+    // session ends (end_direct_session_locked): before the call that sent it
+    // returns, but not before the receiver may complete it.
+    ++d.session_packets;
+    d.session_bytes += packet_size(view.bth.opcode, view.payload.size());
+    ++d.depth;
+    to->receive_locked(view, d.session_src, in_addr{});
+    --d.depth;
+    return true;
+  }
+  // A session is opened only by the thread's scope QP at the top level: its
+  // scope, or its send loop, ends it (requester_locked).
+  d.opening = d.depth == 0 && d.scope == this;
+  if (d.opening) d.session_from = this;
   ++d.depth;
   const bool done = dev.transmit_direct(dest, view);
   --d.depth;
+  d.opening = false;
+  if (d.session_from == this) {
+    if (d.session_to)
+      d.session_dest = dest;
+    else
+      d.session_from = nullptr;  // the receiver was not reached, or was the scope's inbox
+  }
   return done;
 }
 

@@ -116,8 +116,10 @@ class Qp {
   // destination), or 0 for a packet to this device's address.
   void receive(const wire::PacketView& pkt, in_addr src, in_addr dst = in_addr{});
   // The same for a packet handed over without bytes (Device::receive_direct),
-  // if the QP's lock is free: false, touching nothing, if it is not.
-  bool try_receive(const wire::PacketView& pkt, in_addr src);
+  // if the QP's lock is free: false, touching nothing, if it is not. `pin` is
+  // the caller's; a direct session (direct.cpp) keeps it, and the lock, for
+  // the sender's next packets.
+  bool try_receive(const wire::PacketView& pkt, in_addr src, QpPin& pin);
   // The QP whose requester or receive path this thread runs under its lock
   // (DirectScope), or null; a packet for it from a device this thread handed a
   // packet to directly goes into its inbox (stash_direct), copied, and is taken
@@ -337,6 +339,9 @@ class Qp {
   // Takes the inbox's packets (direct.cpp), in order, under mu_, if there are
   // at least `at_least`.
   void drain_direct_locked(size_t at_least = 1);
+  // Ends the direct session this QP's sending opened (direct.cpp), if any:
+  // its receiver's lock and pin are given back.
+  void end_direct_session_locked();
 
   // ---- shared parts: attributes, queues, lock ------------------------------
   Handle<ibv_qp_ex, Qp> handle_;

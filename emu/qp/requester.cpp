@@ -164,6 +164,9 @@ void Qp::requester_locked() {
     // Draining: finish the message under way, start none.
     while (req_.tx_offset > 0 && send_next_packet_locked()) sent = true;
   }
+  // The burst is over: its receiver, held for it (direct.cpp), is let go
+  // before the timer is armed.
+  end_direct_session_locked();
   if (psn_gt(req_.psn, req_.sent_end_psn)) req_.sent_end_psn = req_.psn;
   // The local ACK timeout runs from the last packet sent or response taken
   // (comp_.rearm): armed once per burst, after the response that let it go

@@ -651,14 +651,6 @@ void Qp::receive(const PacketView& pkt, in_addr src, in_addr dst) {
   receive_locked(pkt, src, dst);
 }
 
-bool Qp::try_receive(const PacketView& pkt, in_addr src) {
-  std::unique_lock lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;
-  device().count_direct_rx(pkt);
-  receive_locked(pkt, src, in_addr{});
-  return true;
-}
-
 void Qp::receive_locked(const PacketView& pkt, in_addr src, in_addr dst) {
   DirectScope scope(this);
   const ibv_qp_state s = attr_.qp_state;

@@ -4,8 +4,10 @@
 // counters as over the packet path, which a rule that never fires forces.
 // Switching paths in the middle of a stream keeps the PSNs consistent, and the
 // responder's checks give the same remote errors on both paths.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -286,6 +288,43 @@ INSTANTIATE_TEST_SUITE_P(BothPaths, DirectPathList, ::testing::Combine(::testing
                            return "bad_at_" + std::to_string(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_packets" : "_direct");
                          });
+
+// A posted list goes to its receiver as one direct session (emu/qp/direct.cpp):
+// its first packet finds the receiver through the link, the others go to it
+// straight while the list is sent. When ibv_post_send returns, every packet
+// of the list is counted on both ports, and the receiver is free again: its
+// QP takes a receive from another thread and is destroyed, both within a
+// bounded wait.
+TEST_F(DirectPath, AListIsCountedAndItsReceiverFreedWhenThePostReturns) {
+  if (!direct_expected()) GTEST_SKIP() << "virtual time: every in-process packet is a scheduler step";
+  ASSERT_NO_FATAL_FAILURE(setup(slow_timeout()));
+  const softverbs_counters a0 = counters_of(a_), b0 = counters_of(b_);
+  ibv_sge sge{};
+  ibv_send_wr wr[12];
+  write_chain(a_, b_, sge, wr);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
+  const softverbs_counters a1 = counters_of(a_), b1 = counters_of(b_);
+  EXPECT_EQ(a1.tx_packets - a0.tx_packets, 12u) << "every request of the list, counted when the post returns";
+  EXPECT_EQ(b1.rx_packets - b0.rx_packets, 12u);
+  EXPECT_EQ(b1.rx_direct - b0.rx_direct, 12u);
+  EXPECT_EQ(a1.tx_bytes - a0.tx_bytes, b1.rx_bytes - b0.rx_bytes);
+  const uint64_t wire = 28 + 12 + 16 + 64 + 4;  // IPv4 + UDP, BTH + RETH, payload, ICRC
+  EXPECT_EQ(a1.tx_bytes - a0.tx_bytes, 12 * wire);
+  auto recv = std::async(std::launch::async, [this] { return post_recv(b_, 64); });
+  ASSERT_EQ(recv.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the receiver's QP is still held";
+  EXPECT_EQ(recv.get(), 0);
+  for (uint64_t id = 1; id <= 12; ++id) {
+    ibv_wc wc{};
+    ASSERT_TRUE(wait_wc(a_.cq, &wc)) << "completion " << id << " missing";
+    EXPECT_EQ(wc.wr_id, id);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  }
+  ibv_qp* qp = std::exchange(b_.qp, nullptr);
+  auto destroyed = std::async(std::launch::async, [qp] { return ibv_destroy_qp(qp); });
+  ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the receiver is still pinned";
+  EXPECT_EQ(destroyed.get(), 0);
+}
 
 }  // namespace
 }  // namespace faults_test
