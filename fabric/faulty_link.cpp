@@ -6,6 +6,7 @@
 #include "core/trace.hpp"
 #include "fabric/trace_packet.hpp"
 #include "faults/rule.hpp"
+#include "wire/cm_mad.hpp"
 
 namespace softverbs::fabric {
 namespace {
@@ -29,6 +30,36 @@ std::string_view fault_name(const faults::FaultDecision& d) {
   return d.fired ? faults::to_string(d.action) : std::string_view("none");
 }
 
+// A decision made on a packet's headers (send_direct, send_gathered) whose
+// packet then goes the usual way, built: send() carries it out instead of
+// deciding again, so that each packet is decided once (a rule's nth match and
+// its random stream count it once). Only for the next packet of the same link
+// on this thread, and only if it is that packet.
+struct Decided {
+  const void* link = nullptr;
+  uint32_t dst = 0;
+  uint32_t dest_qp = 0;
+  uint32_t psn = 0;
+  uint8_t opcode = 0;
+  faults::FaultDecision decision;
+};
+thread_local Decided decided;
+
+void keep_decision(const void* link, in_addr dst, const wire::PacketView& view, faults::FaultDecision d) {
+  decided = Decided{link, dst.s_addr, view.bth.dest_qp, view.bth.psn, view.bth.opcode, std::move(d)};
+}
+
+// The decision kept for this packet, if any; a kept one for another is dropped.
+bool take_decision(const void* link, in_addr dst, const wire::PacketView& view, faults::FaultDecision& out) {
+  Decided& k = decided;
+  if (!k.link) return false;
+  const bool same = k.link == link && k.dst == dst.s_addr && k.dest_qp == view.bth.dest_qp &&
+                    k.psn == view.bth.psn && k.opcode == view.bth.opcode;
+  k.link = nullptr;
+  if (same) out = std::move(k.decision);
+  return same;
+}
+
 }  // namespace
 
 FaultyLink::FaultyLink(Link& inner, faults::PacketFilter& filter, Scheduler& scheduler, LinkCounters& counters,
@@ -48,7 +79,8 @@ void FaultyLink::send(in_addr dst, std::span<const uint8_t> packet, uint8_t tos,
   if (filter_.active()) {
     wire::PacketView view;
     if (wire::parse(packet, view) == wire::ParseError::ok) {
-      faults::FaultDecision d = filter_.decide({faults::Direction::tx, device_, &view});
+      faults::FaultDecision d;
+      if (!take_decision(this, dst, view, d)) d = filter_.decide({faults::Direction::tx, device_, &view});
       if (d.fired) {
         switch (d.action) {
           case faults::FaultAction::drop:
@@ -210,25 +242,47 @@ void FaultyLink::receive(in_addr src, uint16_t sport, std::span<const uint8_t> p
 }
 
 bool FaultyLink::direct_ok(in_addr dst) {
-  return !filter_.active() && !has_held_tx_.load(std::memory_order_acquire) && inner_.direct_ok(dst);
+  // Rules on the way out decide on the headers (send_direct); rules on the
+  // way in see the bytes (the receiver's receive_direct refuses).
+  return !filter_.watches(faults::Direction::rx) && !has_held_tx_.load(std::memory_order_acquire) &&
+         inner_.direct_ok(dst);
+}
+
+template <class SendBelow>
+bool FaultyLink::send_unbuilt(in_addr dst, const wire::PacketView& view, SendBelow send_below) {
+  // Nothing overtakes a held packet, and the trace shows each packet's bytes.
+  if (has_held_tx_.load(std::memory_order_acquire)) return false;
+  if (!filter_.watches(faults::Direction::tx)) return send_below();
+  if (trace::on() || view.bth.dest_qp == wire::cm::kGsiQpn) return false;  // a CM rule reads the MAD
+  // The rules of the way out match on headers only (faults/rule.hpp): the
+  // packet is decided here, once. Lost: it goes nowhere, as in send(). Any
+  // other action needs its bytes, and so does a packet the layers below
+  // refuse: built, it reaches send(), which carries out this decision.
+  faults::FaultDecision d;  // decided already if an earlier way refused it
+  if (!take_decision(this, dst, view, d)) d = filter_.decide({faults::Direction::tx, device_, &view});
+  if (d.fired && d.action == faults::FaultAction::drop) {
+    counters_.faults_dropped.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  if (!d.fired && send_below()) return true;
+  keep_decision(this, dst, view, std::move(d));
+  return false;
 }
 
 bool FaultyLink::send_direct(in_addr dst, const wire::PacketView& view) {
-  if (filter_.active() || has_held_tx_.load(std::memory_order_acquire)) return false;
-  return inner_.send_direct(dst, view);
+  return send_unbuilt(dst, view, [&] { return inner_.send_direct(dst, view); });
 }
 
 bool FaultyLink::send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) {
-  // The rules decide on the whole packet (and corrupt its bytes), and nothing
-  // overtakes a held one.
-  if (filter_.active() || has_held_tx_.load(std::memory_order_acquire)) return false;
-  return inner_.send_gathered(dst, packet, tos);
+  wire::PacketView view;
+  if (filter_.watches(faults::Direction::tx) && !wire::parse_gathered(packet, view)) return false;
+  return send_unbuilt(dst, view, [&] { return inner_.send_gathered(dst, packet, tos); });
 }
 
 bool FaultyLink::receive_direct(in_addr src, const wire::PacketView& view) {
-  // Nothing held back on the way in may be overtaken, and rules loaded since
-  // the sender asked see every packet.
-  if (!sink_ || filter_.active() || due_pending_.load(std::memory_order_acquire) ||
+  // Nothing held back on the way in may be overtaken, and rules of the way in
+  // loaded since the sender asked see every packet.
+  if (!sink_ || filter_.watches(faults::Direction::rx) || due_pending_.load(std::memory_order_acquire) ||
       hold_expired_.load(std::memory_order_acquire) || has_held_rx_.load(std::memory_order_acquire))
     return false;
   return sink_->receive_direct(src, view);

@@ -38,8 +38,9 @@ class FaultyLink final : public LinkDecorator {
   // Held-back packets that are due, then the inner link's batch.
   bool drain() override;
   bool poll() override;
-  // Packets may go without bytes only while no rule is loaded and nothing is
-  // held back: the rules see every packet, and nothing overtakes a held one.
+  // Packets may go without bytes while no rule of the way in is loaded and
+  // nothing is held back: rules of the way out decide on a packet's headers
+  // (send_unbuilt), and nothing overtakes a held one.
   bool direct_ok(in_addr dst) override;
   bool send_direct(in_addr dst, const wire::PacketView& view) override;
   // The same rules for a packet in pieces (Link::send_gathered).
@@ -65,6 +66,12 @@ class FaultyLink final : public LinkDecorator {
   bool drain_held();
   // The reordered packet goes after the one just sent.
   void send_held();
+  // A packet without its bytes (send_direct, send_gathered), decided by the
+  // rules of the way out on its headers: true if it went (send_below) or was
+  // lost; false if it must be built and sent, which then carries out the
+  // decision made here.
+  template <class SendBelow>
+  bool send_unbuilt(in_addr dst, const wire::PacketView& view, SendBelow send_below);
 
   faults::PacketFilter& filter_;
   Scheduler& scheduler_;

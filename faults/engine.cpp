@@ -118,12 +118,14 @@ void FaultEngine::notify_verbs_listeners(bool was_active) {
 }
 
 void FaultEngine::update_flags_locked() {
-  bool packets = false, verbs = false;
+  bool tx = false, rx = false, verbs = false;
   for (const State& s : rules_) {
-    packets |= s.rule.target == RuleTarget::packet;
+    const bool packet = s.rule.target == RuleTarget::packet;
+    tx |= packet && s.rule.direction != Direction::rx;
+    rx |= packet && s.rule.direction != Direction::tx;
     verbs |= s.rule.target == RuleTarget::verb;
   }
-  set_active(packets);
+  set_active(tx, rx);
   verbs_active_.store(verbs, std::memory_order_relaxed);
 }
 

@@ -19,14 +19,26 @@ class PacketFilter {
   // flag the implementation keeps (set_active), not a virtual call, as the
   // in-process fast path asks it several times per packet.
   bool active() const { return active_.load(std::memory_order_relaxed); }
+  // Whether a packet rule may match packets going that way (tx or rx): a link
+  // may decide on a packet's headers alone when only rules of the other
+  // direction are loaded (fabric::FaultyLink).
+  bool watches(Direction d) const {
+    return (d == Direction::rx ? watches_rx_ : watches_tx_).load(std::memory_order_relaxed);
+  }
   // Whether a rule fires for this packet, and what it asks for.
   virtual FaultDecision decide(const PacketFacts& facts) = 0;
 
  protected:
-  void set_active(bool active) { active_.store(active, std::memory_order_relaxed); }
+  void set_active(bool tx, bool rx) {
+    watches_tx_.store(tx, std::memory_order_relaxed);
+    watches_rx_.store(rx, std::memory_order_relaxed);
+    active_.store(tx || rx, std::memory_order_relaxed);
+  }
 
  private:
   std::atomic<bool> active_{false};
+  std::atomic<bool> watches_tx_{false};
+  std::atomic<bool> watches_rx_{false};
 };
 
 class VerbFilter {

@@ -17,6 +17,8 @@ HeaderBytes<H> at(std::span<std::uint8_t> pkt, const OpcodeInfo& op, std::uint16
   return pkt.subspan(header_offset(op, bit)).first<H::kSize>();
 }
 
+void decode_extensions(std::span<const std::uint8_t> pkt, const OpcodeInfo& op, PacketView& v) noexcept;
+
 // Body of parse() after the optional ICRC check. `pkt` is at least BTH + ICRC.
 ParseError parse_headers(std::span<const std::uint8_t> pkt, PacketView& v) noexcept {
   const OpcodeInfo& op = *v.op;
@@ -30,6 +32,14 @@ ParseError parse_headers(std::span<const std::uint8_t> pkt, PacketView& v) noexc
   if (!op.has_payload && body != 0) return ParseError::unexpected_payload;
   if (v.bth.pad_cnt > body) return ParseError::pad_exceeds_payload;
 
+  decode_extensions(pkt, op, v);
+  v.payload = pkt.subspan(op.header_len, body - v.bth.pad_cnt);
+  return ParseError::ok;
+}
+
+// The extension headers op carries, from `pkt`, which starts at the BTH and
+// holds at least op.header_len bytes.
+void decode_extensions(std::span<const std::uint8_t> pkt, const OpcodeInfo& op, PacketView& v) noexcept {
   if (op.has(ext::deth)) v.deth = decode_deth(at<Deth>(pkt, op, ext::deth));
   if (op.has(ext::xrceth)) v.xrceth = decode_xrceth(at<Xrceth>(pkt, op, ext::xrceth));
   if (op.has(ext::reth)) v.reth = decode_reth(at<Reth>(pkt, op, ext::reth));
@@ -42,9 +52,6 @@ ParseError parse_headers(std::span<const std::uint8_t> pkt, PacketView& v) noexc
   }
   if (op.has(ext::imm)) v.imm = decode_imm(at<Imm>(pkt, op, ext::imm));
   if (op.has(ext::ieth)) v.ieth = decode_ieth(at<Ieth>(pkt, op, ext::ieth));
-
-  v.payload = pkt.subspan(op.header_len, body - v.bth.pad_cnt);
-  return ParseError::ok;
 }
 
 ParseError parse_impl(std::span<const std::uint8_t> pkt, PacketView& v, const IcrcFlow* verify) noexcept {
@@ -175,6 +182,17 @@ bool gather(const PacketHeaders& h, std::span<const std::span<const std::uint8_t
   out.payload = payload;
   out.tail = std::span<const std::uint8_t>(kZeroTail).first(size - op.header_len - payload_len);
   out.size = size;
+  return true;
+}
+
+bool parse_gathered(const GatheredPacket& packet, PacketView& out) noexcept {
+  out = PacketView{};
+  if (packet.headers.size() < Bth::kSize) return false;
+  out.bth = decode_bth(packet.headers.first<Bth::kSize>());
+  out.op = &opcode_info(out.bth.opcode);
+  if (!out.op->supported || packet.headers.size() != out.op->header_len) return false;
+  decode_extensions(packet.headers, *out.op, out);
+  if (packet.payload.size() == 1) out.payload = packet.payload[0];
   return true;
 }
 

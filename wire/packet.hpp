@@ -172,6 +172,11 @@ struct GatheredPacket {
 bool gather(const PacketHeaders& h, std::span<const std::span<const std::uint8_t>> payload,
             std::span<std::uint8_t, kMaxHeaderBytes> header_room, GatheredPacket& out) noexcept;
 
+// Decodes a gathered packet's headers into `out` (reset first), as parse()
+// would: the payload is set only when it is one piece, else left empty. False
+// for headers gather() would not have encoded.
+bool parse_gathered(const GatheredPacket& packet, PacketView& out) noexcept;
+
 // ---------------------------------------------------------------------------
 // Inline definitions
 // ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The in-process fast path (docs/architecture.md, "Progress, threads and
 // speed"): a packet to a device of this process, when the link allows it
-// (fabric::Link::direct_ok: no capture, trace or fault rule), is handed to the
+// (fabric::Link::direct_ok: no capture, trace or fault rule of the way in; rules
+// of the way out decide on its headers, fabric::FaultyLink), is handed to the
 // receiver as the view parsing it would give (wire::as_received), with its
 // payload straight from the sender's memory: not built, not parsed, copied
 // once. PSNs, acknowledgements, checks, statuses and counters are the packet's.
@@ -185,7 +186,8 @@ bool Qp::fold_plain_ack_locked(uint8_t opcode, uint32_t psn, Aeth aeth) {
   // response, a request) is behind it in the inbox, so the ACK is not last
   // and goes the usual way (transmit_plain_ack_locked), keeping its place.
   DirectState& d = direct;
-  if (d.depth == 0 || d.size <= d.taken || !d.scope || trace::on()) return false;
+  // A fault rule decides on every packet sent (fabric::FaultyLink): none is folded.
+  if (d.depth == 0 || d.size <= d.taken || !d.scope || trace::on() || device().packet_filter().active()) return false;
   Stashed& last = inbox[d.size - 1];  // d.size > 0: the inbox is there
   // Only this responder's own plain ACK, of the same connection (same
   // requester QP, same opcode), for an earlier PSN, is replaced.
@@ -265,8 +267,11 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   // The session this QP's burst opened goes on with a packet to the same QP;
   // any other packet of this QP ends it (it goes elsewhere or the usual way).
   Qp* const to = d.session_from == this ? d.session_to : nullptr;
+  // A fault rule decides on each packet in the link (fabric::FaultyLink), so
+  // while one is loaded no session is opened or gone on with.
+  const bool no_rules = !dev.packet_filter().active();
   const bool in_session = to && d.depth == 0 && dest.s_addr == d.session_dest.s_addr && h.bth.dest_qp == to->qpn() &&
-                          dev.port_active() && to->device().port_active();
+                          no_rules && dev.port_active() && to->device().port_active();
   if (!in_session && d.depth == 0) end_direct_session_locked();
   // A packet whose payload is one piece goes straight to send_direct, which
   // refuses whatever direct_ok would (fabric::Link::send_direct): asking
@@ -304,7 +309,7 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   }
   // A session is opened only by the thread's scope QP at the top level: its
   // scope, or its send loop, ends it (requester_locked).
-  d.opening = d.depth == 0 && d.scope == this;
+  d.opening = d.depth == 0 && d.scope == this && no_rules;
   if (d.opening) d.session_from = this;
   ++d.depth;
   const bool done = dev.transmit_direct(dest, view);

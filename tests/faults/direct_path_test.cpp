@@ -326,5 +326,45 @@ TEST_F(DirectPath, AListIsCountedAndItsReceiverFreedWhenThePostReturns) {
   EXPECT_EQ(destroyed.get(), 0);
 }
 
+// Rules of the way out decide on each packet's headers (fabric::FaultyLink):
+// the packets they do not hit stay on the fast path, a dropped one is lost
+// and recovered by go-back-N, a duplicated one is built and sent twice (the
+// responder sees a duplicate), each decided once. Every work request of the
+// list completes, in order, successfully.
+class DirectPathTxRule : public DirectPath, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(DirectPathTxRule, OthersStayOnTheFastPathAndTheListCompletes) {
+  const std::string action = GetParam();
+  ASSERT_NO_FATAL_FAILURE(setup(slow_timeout()));
+  ASSERT_EQ(load("[[rule]]\nname = \"third\"\ndirection = \"tx\"\ndevice = \"" + a_.device +
+                 "\"\nclass = \"write\"\nnth = 3\naction = \"" + action + "\"\n"),
+            0);
+  const softverbs_counters a0 = counters_of(a_), b0 = counters_of(b_);
+  ibv_sge sge{};
+  ibv_send_wr wr[12];
+  write_chain(a_, b_, sge, wr);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
+  for (uint64_t id = 1; id <= 12; ++id) {
+    ibv_wc wc{};
+    ASSERT_TRUE(wait_wc(a_.cq, &wc)) << "completion " << id << " missing";
+    EXPECT_EQ(wc.wr_id, id);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  }
+  EXPECT_EQ(softverbs_fault_hits("third"), 1u) << "each packet is decided once";
+  const softverbs_counters a1 = counters_of(a_), b1 = counters_of(b_);
+  if (action == "drop") {
+    EXPECT_GE(a1.retransmits - a0.retransmits, 1u);
+  } else {
+    EXPECT_EQ(b1.duplicates - b0.duplicates, 1u);
+  }
+  if (direct_expected()) {
+    EXPECT_GE(b1.rx_direct - b0.rx_direct, 2u) << "the writes before the rule's hit go without bytes";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Actions, DirectPathTxRule, ::testing::Values("drop", "duplicate"),
+                         [](const auto& info) { return std::string(info.param); });
+
 }  // namespace
 }  // namespace faults_test

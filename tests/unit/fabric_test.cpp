@@ -324,7 +324,7 @@ class FakeLink final : public Link {
 // Fires the queued decisions, one per packet, then nothing.
 class FakeFilter final : public faults::PacketFilter {
  public:
-  FakeFilter() { set_active(true); }
+  FakeFilter() { set_active(true, true); }
   faults::FaultDecision decide(const faults::PacketFacts& facts) override {
     seen.push_back(facts.direction);
     if (next.empty()) return {};

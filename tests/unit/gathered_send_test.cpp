@@ -1,8 +1,9 @@
 // Packets in pieces (fabric::Link::send_gathered) through a device's link
-// layers: passed on only where nothing needs the packet's bytes (no fault
-// rule, no capture, not multicast, not a device of this process, a link below
-// that takes them), counted as the packet, and otherwise refused, with nothing
-// counted, so that the sender builds the packet.
+// layers: passed on only where nothing needs the packet's bytes (no capture,
+// not multicast, not a device of this process, a link below that takes
+// them), counted as the packet, and otherwise refused,
+// with nothing counted, so that the sender builds the packet. Rules of the way
+// out decide on the headers, once per packet, also when it is then built.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -64,10 +65,22 @@ class PieceTaker final : public Link {
   uint8_t last_tos = 0;
 };
 
+// Rules of either way, or none; fires the queued decisions, one per packet.
 class Switchable final : public faults::PacketFilter {
  public:
-  faults::FaultDecision decide(const faults::PacketFacts&) override { return {}; }
-  void load(bool rules) { set_active(rules); }
+  faults::FaultDecision decide(const faults::PacketFacts& f) override {
+    seen.push_back(*f.pkt);
+    if (next.empty()) return {};
+    faults::FaultDecision d;
+    d.fired = true;
+    d.action = next.front();
+    next.erase(next.begin());
+    return d;
+  }
+  void load(bool rules) { set_active(rules, rules); }
+  void load(bool tx, bool rx) { set_active(tx, rx); }
+  std::vector<faults::FaultAction> next;
+  std::vector<wire::PacketView> seen;
 };
 
 class Nobody final : public Receiver {
@@ -128,11 +141,12 @@ TEST(GatheredSend, GoesThroughTheLayersAndIsCountedAsThePacket) {
 
 TEST(GatheredSend, IsRefusedWhereSomethingNeedsTheWholePacket) {
   {
+    // Rules of the way in are the receiver's (they see its packets' bytes),
+    // not decided on the way out.
     Chain c;
-    c.filter.load(true);  // fault rules see every packet's bytes
-    EXPECT_FALSE(c.send(c.other));
-    c.filter.load(false);
+    c.filter.load(false, true);
     EXPECT_TRUE(c.send(c.other));
+    EXPECT_TRUE(c.filter.seen.empty());
   }
   {
     Chain c;
@@ -158,6 +172,54 @@ TEST(GatheredSend, IsRefusedWhereSomethingNeedsTheWholePacket) {
     }
     ::unlink(path);
   }
+}
+
+// Rules of the way out: each packet is decided once, on its headers. One
+// not hit goes in pieces; a lost one goes nowhere (counted as a fault, not as
+// sent); one an action needs the bytes of is refused, and the built packet
+// that follows carries out the same decision without a second one.
+TEST(GatheredSend, RulesOfTheWayOutDecideOnTheHeadersOnce) {
+  Chain c;
+  c.filter.load(true, false);
+  ASSERT_TRUE(c.send(c.other));
+  ASSERT_EQ(c.filter.seen.size(), 1u);
+  EXPECT_EQ(c.filter.seen[0].bth.psn, 9u);
+  EXPECT_EQ(c.filter.seen[0].bth.dest_qp, 0x42u);
+  EXPECT_EQ(c.filter.seen[0].reth.rkey, 0x77u);
+  EXPECT_EQ(c.filter.seen[0].payload.size(), c.payload.size());
+  EXPECT_EQ(c.below.pieces.size(), 1u);
+
+  c.filter.next = {faults::FaultAction::drop};
+  EXPECT_TRUE(c.send(c.other));
+  EXPECT_EQ(c.filter.seen.size(), 2u);
+  EXPECT_EQ(c.below.pieces.size(), 1u);
+  EXPECT_EQ(c.counters.faults_dropped, 1u);
+  EXPECT_EQ(c.counters.tx_packets, 1u);
+
+  c.filter.next = {faults::FaultAction::duplicate};
+  EXPECT_FALSE(c.send(c.other));
+  EXPECT_EQ(c.filter.seen.size(), 3u);
+  c.faulty.send(c.other, c.expected, 0, false);  // the sender builds it
+  EXPECT_EQ(c.filter.seen.size(), 3u) << "decided a second time";
+  EXPECT_EQ(c.below.whole.size(), 2u);
+  EXPECT_EQ(c.counters.faults_duplicated, 1u);
+
+  // Not hit, but the link below takes no pieces: built, it is not decided again.
+  c.below.takes = false;
+  EXPECT_FALSE(c.send(c.other));
+  EXPECT_EQ(c.filter.seen.size(), 4u);
+  c.faulty.send(c.other, c.expected, 0, false);
+  EXPECT_EQ(c.filter.seen.size(), 4u);
+  EXPECT_EQ(c.below.whole.size(), 3u);
+
+  // A decision kept for one packet is not used for another.
+  c.filter.next = {faults::FaultAction::duplicate};
+  EXPECT_FALSE(c.send(c.other));
+  Bytes other = c.expected;
+  other[11] ^= 1;  // another PSN
+  c.faulty.send(c.other, other, 0, false);
+  EXPECT_EQ(c.filter.seen.size(), 6u);
+  EXPECT_EQ(c.below.whole.size(), 4u);
 }
 
 }  // namespace
