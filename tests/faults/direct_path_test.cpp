@@ -98,6 +98,24 @@ class DirectPath : public PairTest {
     o.rx_direct = (a1.rx_direct - a0.rx_direct) + (b1.rx_direct - b0.rx_direct);
   }
 
+  // Posts a list of twelve signaled 64-byte RDMA WRITEs from a to b (wr_id 1..12).
+  void post_writes() {
+    ibv_sge sge{};
+    ibv_send_wr wr[12];
+    write_chain(a_, b_, sge, wr);
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
+  }
+  // Their completions: every one, in order, successful.
+  void expect_writes_done() {
+    for (uint64_t id = 1; id <= 12; ++id) {
+      ibv_wc wc{};
+      ASSERT_TRUE(wait_wc(a_.cq, &wc)) << "completion " << id << " missing";
+      EXPECT_EQ(wc.wr_id, id);
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    }
+  }
+
   // Fills a's buffer with a pattern and b's with zeros.
   void fill() {
     for (size_t i = 0; i < kBuf; ++i) a_.buf[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -299,11 +317,7 @@ TEST_F(DirectPath, AListIsCountedAndItsReceiverFreedWhenThePostReturns) {
   if (!direct_expected()) GTEST_SKIP() << "virtual time: every in-process packet is a scheduler step";
   ASSERT_NO_FATAL_FAILURE(setup(slow_timeout()));
   const softverbs_counters a0 = counters_of(a_), b0 = counters_of(b_);
-  ibv_sge sge{};
-  ibv_send_wr wr[12];
-  write_chain(a_, b_, sge, wr);
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
+  ASSERT_NO_FATAL_FAILURE(post_writes());
   const softverbs_counters a1 = counters_of(a_), b1 = counters_of(b_);
   EXPECT_EQ(a1.tx_packets - a0.tx_packets, 12u) << "every request of the list, counted when the post returns";
   EXPECT_EQ(b1.rx_packets - b0.rx_packets, 12u);
@@ -314,12 +328,7 @@ TEST_F(DirectPath, AListIsCountedAndItsReceiverFreedWhenThePostReturns) {
   auto recv = std::async(std::launch::async, [this] { return post_recv(b_, 64); });
   ASSERT_EQ(recv.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the receiver's QP is still held";
   EXPECT_EQ(recv.get(), 0);
-  for (uint64_t id = 1; id <= 12; ++id) {
-    ibv_wc wc{};
-    ASSERT_TRUE(wait_wc(a_.cq, &wc)) << "completion " << id << " missing";
-    EXPECT_EQ(wc.wr_id, id);
-    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_writes_done());
   ibv_qp* qp = std::exchange(b_.qp, nullptr);
   auto destroyed = std::async(std::launch::async, [qp] { return ibv_destroy_qp(qp); });
   ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the receiver is still pinned";
@@ -340,17 +349,8 @@ TEST_P(DirectPathTxRule, OthersStayOnTheFastPathAndTheListCompletes) {
                  "\"\nclass = \"write\"\nnth = 3\naction = \"" + action + "\"\n"),
             0);
   const softverbs_counters a0 = counters_of(a_), b0 = counters_of(b_);
-  ibv_sge sge{};
-  ibv_send_wr wr[12];
-  write_chain(a_, b_, sge, wr);
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
-  for (uint64_t id = 1; id <= 12; ++id) {
-    ibv_wc wc{};
-    ASSERT_TRUE(wait_wc(a_.cq, &wc)) << "completion " << id << " missing";
-    EXPECT_EQ(wc.wr_id, id);
-    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
-  }
+  ASSERT_NO_FATAL_FAILURE(post_writes());
+  ASSERT_NO_FATAL_FAILURE(expect_writes_done());
   EXPECT_EQ(softverbs_fault_hits("third"), 1u) << "each packet is decided once";
   const softverbs_counters a1 = counters_of(a_), b1 = counters_of(b_);
   if (action == "drop") {
