@@ -155,7 +155,7 @@ TEST(CmPeerDeath, ActiveDiesAfterItsRequestPassiveAcceptIsUnreachable) {
   rdma_conn_param param{};
   ASSERT_EQ(rdma_accept(conn, &param), 0);
   // The REP is resent SOFTVERBS_CM_MAX_RETRIES times, then the CM gives up.
-  EXPECT_EQ(wait_for(ch, RDMA_CM_EVENT_UNREACHABLE, 10000), -ETIMEDOUT);
+  EXPECT_EQ(wait_for(ch, RDMA_CM_EVENT_UNREACHABLE, 20000), -ETIMEDOUT);
   rdma_destroy_qp(conn);
   EXPECT_EQ(rdma_destroy_id(conn), 0);
   EXPECT_EQ(rdma_destroy_id(listen), 0);
@@ -194,7 +194,7 @@ TEST(CmPeerDeath, PassiveDiesOnTheRequestActiveIsUnreachable) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);  // it got the request and died without answering
   close(out);
-  EXPECT_EQ(wait_for(ch, RDMA_CM_EVENT_UNREACHABLE, 10000), -ETIMEDOUT);
+  EXPECT_EQ(wait_for(ch, RDMA_CM_EVENT_UNREACHABLE, 20000), -ETIMEDOUT);
   rdma_destroy_qp(id);
   EXPECT_EQ(rdma_destroy_id(id), 0);
   rdma_destroy_event_channel(ch);
