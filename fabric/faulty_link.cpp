@@ -34,7 +34,8 @@ std::string_view fault_name(const faults::FaultDecision& d) {
 // packet then goes the usual way, built: send() carries it out instead of
 // deciding again, so that each packet is decided once (a rule's nth match and
 // its random stream count it once). Only for the next packet of the same link
-// on this thread, and only if it is that packet.
+// on this thread, and only if it is that packet; the sender forgets it when it
+// starts another (FaultyLink::new_packet).
 struct Decided {
   const void* link = nullptr;
   uint32_t dst = 0;
@@ -61,6 +62,8 @@ bool take_decision(const void* link, in_addr dst, const wire::PacketView& view, 
 }
 
 }  // namespace
+
+void FaultyLink::new_packet() { decided.link = nullptr; }
 
 FaultyLink::FaultyLink(Link& inner, faults::PacketFilter& filter, Scheduler& scheduler, LinkCounters& counters,
                        std::string device)
@@ -249,10 +252,10 @@ bool FaultyLink::direct_ok(in_addr dst) {
 }
 
 template <class SendBelow>
-bool FaultyLink::send_unbuilt(in_addr dst, const wire::PacketView& view, SendBelow send_below) {
+bool FaultyLink::send_unbuilt(in_addr dst, const wire::PacketView& view, bool watched, SendBelow send_below) {
   // Nothing overtakes a held packet, and the trace shows each packet's bytes.
   if (has_held_tx_.load(std::memory_order_acquire)) return false;
-  if (!filter_.watches(faults::Direction::tx)) return send_below();
+  if (!watched) return send_below();
   if (trace::on() || view.bth.dest_qp == wire::cm::kGsiQpn) return false;  // a CM rule reads the MAD
   // The rules of the way out match on headers only (faults/rule.hpp): the
   // packet is decided here, once. Lost: it goes nowhere, as in send(). Any
@@ -270,13 +273,16 @@ bool FaultyLink::send_unbuilt(in_addr dst, const wire::PacketView& view, SendBel
 }
 
 bool FaultyLink::send_direct(in_addr dst, const wire::PacketView& view) {
-  return send_unbuilt(dst, view, [&] { return inner_.send_direct(dst, view); });
+  return send_unbuilt(dst, view, filter_.watches(faults::Direction::tx),
+                      [&] { return inner_.send_direct(dst, view); });
 }
 
 bool FaultyLink::send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) {
+  // Asked once: a rule loaded meanwhile must not decide on headers not decoded.
+  const bool watched = filter_.watches(faults::Direction::tx);
   wire::PacketView view;
-  if (filter_.watches(faults::Direction::tx) && !wire::parse_gathered(packet, view)) return false;
-  return send_unbuilt(dst, view, [&] { return inner_.send_gathered(dst, packet, tos); });
+  if (watched && !wire::parse_gathered(packet, view)) return false;
+  return send_unbuilt(dst, view, watched, [&] { return inner_.send_gathered(dst, packet, tos); });
 }
 
 bool FaultyLink::receive_direct(in_addr src, const wire::PacketView& view) {

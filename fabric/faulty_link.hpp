@@ -45,6 +45,9 @@ class FaultyLink final : public LinkDecorator {
   bool send_direct(in_addr dst, const wire::PacketView& view) override;
   // The same rules for a packet in pieces (Link::send_gathered).
   bool send_gathered(in_addr dst, const wire::GatheredPacket& packet, uint8_t tos) override;
+  // A sender starts another packet, while rules are loaded: a decision kept
+  // for the one before (send_unbuilt) is forgotten on this thread.
+  static void new_packet();
 
  private:
   struct Datagram {
@@ -71,7 +74,7 @@ class FaultyLink final : public LinkDecorator {
   // lost; false if it must be built and sent, which then carries out the
   // decision made here.
   template <class SendBelow>
-  bool send_unbuilt(in_addr dst, const wire::PacketView& view, SendBelow send_below);
+  bool send_unbuilt(in_addr dst, const wire::PacketView& view, bool watched, SendBelow send_below);
 
   faults::PacketFilter& filter_;
   Scheduler& scheduler_;

@@ -93,7 +93,22 @@ struct DirectState {
 // the program (or dlopen'ed into the static TLS surplus glibc keeps for
 // such variables: these take about a hundred bytes of it).
 [[gnu::tls_model("initial-exec")]] thread_local DirectState direct{};
+
+// A direct delivery under way on this thread (DirectState::depth), also when
+// the receiver throws.
+struct Nested {
+  explicit Nested(DirectState& d) : d_(d) { ++d_.depth; }
+  ~Nested() { --d_.depth; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+  DirectState& d_;
+};
 [[gnu::tls_model("initial-exec")]] thread_local std::vector<Stashed> inbox;
+
+// The most packets a direct session hands over (its first included): the
+// receiver's QP is held meanwhile, and a UD or UC send loop, which no window
+// bounds, must not keep its application's ibv_post_recv waiting for long.
+constexpr uint64_t kSessionPackets = 32;
 
 // A plain positive acknowledgement (IBTA 9.7.5.1.1: no payload, an ACK
 // syndrome), which a later one for a later PSN makes redundant.
@@ -271,7 +286,8 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
   // while one is loaded no session is opened or gone on with.
   const bool no_rules = !dev.packet_filter().active();
   const bool in_session = to && d.depth == 0 && dest.s_addr == d.session_dest.s_addr && h.bth.dest_qp == to->qpn() &&
-                          no_rules && dev.port_active() && to->device().port_active();
+                          no_rules && d.session_packets + 1 < kSessionPackets && dev.port_active() &&
+                          to->device().port_active();
   if (!in_session && d.depth == 0) end_direct_session_locked();
   // A packet whose payload is one piece goes straight to send_direct, which
   // refuses whatever direct_ok would (fabric::Link::send_direct): asking
@@ -305,18 +321,19 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
     // returns, but not before the receiver may complete it.
     ++d.session_packets;
     d.session_bytes += packet_size(view.bth.opcode, view.payload.size());
-    ++d.depth;
+    const Nested nested(d);
     to->receive_locked(view, d.session_src, in_addr{});
-    --d.depth;
     return true;
   }
   // A session is opened only by the thread's scope QP at the top level: its
   // scope, or its send loop, ends it (requester_locked).
   d.opening = d.depth == 0 && d.scope == this && no_rules;
   if (d.opening) d.session_from = this;
-  ++d.depth;
-  const bool done = dev.transmit_direct(dest, view);
-  --d.depth;
+  bool done;
+  {
+    const Nested nested(d);
+    done = dev.transmit_direct(dest, view);
+  }
   d.opening = false;
   if (d.session_from == this) {
     if (d.session_to)

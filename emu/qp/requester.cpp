@@ -12,6 +12,7 @@
 #include "emu/memory/sge.hpp"
 #include "emu/memory/window.hpp"
 #include "emu/objects/objects.hpp"
+#include "fabric/faulty_link.hpp"
 #include "fabric/timer.hpp"
 #include "core/log.hpp"
 #include "core/trace.hpp"
@@ -53,6 +54,8 @@ void Qp::transmit_locked(PacketHeaders& h, std::span<const std::span<const uint8
 void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<const std::span<const uint8_t>> payload,
                             uint8_t tos) {
   Device& dev = device();
+  // Each packet is decided once by the fault rules, on whichever way it goes.
+  if (dev.packet_filter().active()) fabric::FaultyLink::new_packet();
   if (h.bth.dest_qp != wire::kMulticastQpn) {
     if (transmit_direct_locked(dest, h, payload, tos)) return;
     // To a device of another process of this host whose ring takes packets
@@ -63,6 +66,9 @@ void Qp::transmit_to_locked(in_addr dest, const PacketHeaders& h, std::span<cons
     GatheredPacket gathered;
     if (gather(h, payload, headers, gathered) && dev.transmit_gathered(dest, gathered, tos)) return;
   }
+  // Built, it goes the usual way: a direct session this QP has open ends first,
+  // so that none of its later packets overtakes this one.
+  end_direct_session_locked();
   // Declared after the fast paths, which do not need it: a thread-local with
   // a constructor costs a lookup and a guard check where it is declared.
   static thread_local std::vector<uint8_t> buf(kMaxUdpPayload);

@@ -98,11 +98,11 @@ class DirectPath : public PairTest {
     o.rx_direct = (a1.rx_direct - a0.rx_direct) + (b1.rx_direct - b0.rx_direct);
   }
 
-  // Posts a list of twelve signaled 64-byte RDMA WRITEs from a to b (wr_id 1..12).
-  void post_writes() {
+  // Posts a list of twelve signaled RDMA WRITEs of `len` bytes from a to b (wr_id 1..12).
+  void post_writes(uint32_t len = 64) {
     ibv_sge sge{};
     ibv_send_wr wr[12];
-    write_chain(a_, b_, sge, wr);
+    write_chain(a_, b_, sge, wr, len);
     ibv_send_wr* bad = nullptr;
     ASSERT_EQ(ibv_post_send(a_.qp, wr, &bad), 0);
   }
@@ -325,6 +325,17 @@ TEST_F(DirectPath, AListIsCountedAndItsReceiverFreedWhenThePostReturns) {
   EXPECT_EQ(a1.tx_bytes - a0.tx_bytes, b1.rx_bytes - b0.rx_bytes);
   const uint64_t wire = 28 + 12 + 16 + 64 + 4;  // IPv4 + UDP, BTH + RETH, payload, ICRC
   EXPECT_EQ(a1.tx_bytes - a0.tx_bytes, 12 * wire);
+  ASSERT_NO_FATAL_FAILURE(expect_writes_done());
+  // 48 packets (4096-byte WRITEs at a path MTU of 1024) in one send loop: a
+  // session hands over at most 32, so a second one takes the rest.
+  const softverbs_counters a2 = counters_of(a_), b2 = counters_of(b_);
+  ASSERT_NO_FATAL_FAILURE(post_writes(4096));
+  const softverbs_counters a3 = counters_of(a_), b3 = counters_of(b_);
+  EXPECT_EQ(a3.tx_packets - a2.tx_packets, 48u);
+  EXPECT_EQ(b3.rx_direct - b2.rx_direct, 48u);
+  // Each WRITE: four packets of 1024 bytes, the first with a RETH.
+  EXPECT_EQ(a3.tx_bytes - a2.tx_bytes, 12u * (4 * (28 + 12 + 1024 + 4) + 16));
+  EXPECT_EQ(b3.rx_bytes - b2.rx_bytes, a3.tx_bytes - a2.tx_bytes);
   auto recv = std::async(std::launch::async, [this] { return post_recv(b_, 64); });
   ASSERT_EQ(recv.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the receiver's QP is still held";
   EXPECT_EQ(recv.get(), 0);

@@ -150,10 +150,10 @@ class PairTest : public ::testing::Test {
     return ibv_post_send(s.qp, &wr, &bad);
   }
 
-  // A chain of n signaled 64-byte RDMA WRITEs (wr_id 1..n) from s to peer.
+  // A chain of n signaled RDMA WRITEs of `len` bytes (wr_id 1..n) from s to peer.
   template <size_t N>
-  static void write_chain(Side& s, const Side& peer, ibv_sge& sge, ibv_send_wr (&wr)[N]) {
-    sge = {reinterpret_cast<uintptr_t>(s.buf.data()), 64, s.mr->lkey};
+  static void write_chain(Side& s, const Side& peer, ibv_sge& sge, ibv_send_wr (&wr)[N], uint32_t len = 64) {
+    sge = {reinterpret_cast<uintptr_t>(s.buf.data()), len, s.mr->lkey};
     for (size_t i = 0; i < N; ++i) {
       wr[i] = {};
       wr[i].wr_id = i + 1;
