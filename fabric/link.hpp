@@ -49,20 +49,19 @@ struct LinkCounters {
 // counter counts are the datagram's (docs/compatibility.md, "Counters").
 inline constexpr uint64_t kIpUdpHeaderBytes = 20 + 8;
 
-// What `packets` sent packets of `packet_bytes` octets each (BTH .. ICRC) add
-// to the port's transmit counters: the one definition, for TapLink's packets
-// and for the in-process path's acknowledgements that are never walked
-// through the link (emu/qp/direct.cpp). uncount_tx takes a count back.
-inline void count_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
-  const size_t cell = ShardedCounter::here();
-  c.tx_packets.add_at(cell, packets);
-  c.tx_bytes.add_at(cell, packets * (kIpUdpHeaderBytes + packet_bytes));
-}
-// `packets` packets of `packet_bytes` bytes in all (a direct session's burst).
+// What sent packets add to the port's transmit counters, the one definition:
+// count_tx for `packets` packets of `packet_bytes` octets each (BTH .. ICRC:
+// TapLink's packets, the in-process path's acknowledgements that are never
+// walked through the link, emu/qp/direct.cpp), count_tx_total for `packets`
+// packets of `packet_bytes` octets in all (a direct session's burst).
+// uncount_tx takes a count_tx back.
 inline void count_tx_total(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
   const size_t cell = ShardedCounter::here();
   c.tx_packets.add_at(cell, packets);
   c.tx_bytes.add_at(cell, packets * kIpUdpHeaderBytes + packet_bytes);
+}
+inline void count_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
+  count_tx_total(c, packets, packets * packet_bytes);
 }
 inline void uncount_tx(LinkCounters& c, uint64_t packets, uint64_t packet_bytes) noexcept {
   c.tx_packets.fetch_sub(packets);

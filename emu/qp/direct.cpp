@@ -310,10 +310,8 @@ bool Qp::transmit_direct_locked(in_addr dest, const PacketHeaders& h,
     bytes = std::span<const uint8_t>(gathered.data(), len);
   }
   PacketView& view = tx_view_;
-  if (!as_received(h, bytes, view)) {
-    if (d.depth == 0) end_direct_session_locked();  // nothing overtakes what goes the usual way
-    return false;
-  }
+  // Refused, it is built by the caller, which ends a session first (Qp::transmit_to_locked).
+  if (!as_received(h, bytes, view)) return false;
   view.ip = direct_ip(tos);
   if (in_session) {
     // Counted as TapLink::send_direct and Qp::try_receive count it, when the

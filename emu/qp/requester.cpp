@@ -251,7 +251,7 @@ bool Qp::send_next_packet_locked() {
   if (req_.rnr_waiting || req_.tx_index >= sq_.size()) return false;
   // A held local error (fail_local_locked): nothing is sent from its WQE on.
   if (req_.held_error != IBV_WC_SUCCESS && sq_.head_position() + req_.tx_index >= req_.held_error_pos) return false;
-  SendWqe& w = sq_.at(req_.tx_index);  // found once: each lookup divides by the queue's size
+  SendWqe& w = sq_.at(req_.tx_index);
   if (!opcode_valid_for(type_, w.opcode)) {
     // An opcode the QP's service does not have (an RDMA READ on UC, an RDMA
     // WRITE on UD, ...) was posted, as ConnectX lets it be: it completes with a

@@ -167,8 +167,7 @@ class WorkQueue {
     if (max_wr == 0 || max_wr < size() || (wqes_ && !own_)) return EINVAL;
     if (!wqes_) {  // no ring yet: reserve() sizes it
       max_wr_ = max_wr;
-      head_slot_ = index(head_);
-      tail_slot_ = index(tail_);
+      sync_slots();
       return 0;
     }
     std::unique_ptr<uint8_t[]> buf;
@@ -188,8 +187,7 @@ class WorkQueue {
                     &bigger.inline_[static_cast<size_t>(to) * max_inline_]);
     }
     max_wr_ = max_wr;
-    head_slot_ = index(head_);
-    tail_slot_ = index(tail_);
+    sync_slots();
     wqes_ = bigger.wqes_;
     sges_ = bigger.sges_;
     inline_ = bigger.inline_;
@@ -261,7 +259,12 @@ class WorkQueue {
   }
   uint32_t index(uint64_t n) const { return static_cast<uint32_t>(n % slots_for(max_wr_)); }
   // The slots of the head and tail positions (index(head_), index(tail_)),
-  // kept as the positions move: an entry is found with no division.
+  // kept as the positions move: an entry is found with no division. Worked
+  // out anew when the depth changes.
+  void sync_slots() {
+    head_slot_ = index(head_);
+    tail_slot_ = index(tail_);
+  }
   uint32_t step(uint32_t slot) const { return slot + 1 == slots_for(max_wr_) ? 0 : slot + 1; }
   uint32_t slot_at(uint32_t i) const {
     const uint64_t n = slots_for(max_wr_);
